@@ -1,0 +1,894 @@
+"""Open, validate and read one MMV file (mmv(5), versions 1 to 3).
+
+Nothing in a file is trusted: every offset, count, reference and string is checked before
+use, and a malformed file raises only this module's errors (:class:`MmvError` and its
+subclasses).  A bad header or TOC refuses the whole file (:class:`Refused`); a bad section
+or entry is skipped and recorded as a :class:`Corrupt` problem while the rest of the file
+stays usable, as the C reference accepts files partially.
+
+Values are read with ``pread(2)`` on a descriptor kept open for the life of the
+:class:`MmvFile`, never through a memory mapping: a file truncated underneath yields a
+short read, reported as :class:`Changed`, where a mapping would raise SIGBUS and kill the
+agent.  :meth:`MmvFile.snapshot` takes one consistent copy of the values span per request
+and re-checks the size and the generation pair first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from . import format as fmt
+
+DEFAULT_MAX_SIZE: Final = 1 << 30
+"""Largest file accepted (bytes); a larger one (a sparse 1 TB file, say) is refused."""
+
+PM_IN_NULL: Final = 0xFFFFFFFF
+"""Internal instance id of a singular metric's only value, as pmcd passes it (unsigned)."""
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class MmvError(Exception):
+    """A problem with an MMV file: which file, which field, at which byte offset, and why.
+
+    Attributes: ``path`` (str), ``field`` (a dotted location such as ``metrics[3].item``),
+    ``offset`` (absolute byte offset of the field in the file, -1 when not applicable),
+    ``message`` (str) and ``limit`` (the bound that was broken, or None).
+    """
+
+    kind = "error"
+
+    def __init__(
+        self, path: str, field: str, offset: int, message: str, limit: int | None = None
+    ) -> None:
+        super().__init__(path, field, offset, message, limit)
+        self.path = path
+        self.field = field
+        self.offset = offset
+        self.message = message
+        self.limit = limit
+
+    def __str__(self) -> str:
+        where = f" at offset {self.offset}" if self.offset >= 0 else ""
+        return f"{self.path}: {self.field}{where}: {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form: field, offset, message (and limit when set)."""
+        out: dict[str, object] = {
+            "field": self.field,
+            "offset": self.offset,
+            "message": self.message,
+        }
+        if self.limit is not None:
+            out["limit"] = self.limit
+        return out
+
+
+class NotReady(MmvError):
+    """The writer has not finished: generation 0, or g1 != g2 (mmv(5) "Generation numbers").
+    Not a defect; the file is retried later."""
+
+    kind = "not-ready"
+
+
+class Refused(MmvError):
+    """The file cannot be served at all: bad type, size, magic, version, TOC or cluster."""
+
+    kind = "refused"
+
+
+class Corrupt(MmvError):
+    """One section or entry is malformed and was skipped; the rest of the file is served."""
+
+    kind = "corrupt"
+
+
+class Changed(MmvError):
+    """The file changed since it was loaded (truncated, grown past its values, vanished or
+    given a new generation); it must be loaded again before it is read."""
+
+    kind = "changed"
+
+
+# -- parsed entries -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The 40-byte file header (mmv(5) "Header")."""
+
+    version: int
+    g1: int
+    g2: int
+    tocs: int
+    flags: int
+    process: int
+    cluster: int
+
+    @property
+    def noprefix(self) -> bool:
+        return bool(self.flags & fmt.FLAG_NOPREFIX)
+
+    @property
+    def process_flag(self) -> bool:
+        return bool(self.flags & fmt.FLAG_PROCESS)
+
+    @property
+    def sentinel(self) -> bool:
+        return bool(self.flags & fmt.FLAG_SENTINEL)
+
+    @property
+    def created(self) -> float:
+        """Creation time encoded by libpcp_mmv in g1 as ``(tv_sec << 32) | tv_usec``, in
+        seconds since the epoch; meaningless for writers that count generations instead."""
+        return (self.g1 >> 32) + (self.g1 & 0xFFFFFFFF) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Toc:
+    """One TOC entry (mmv(5) "TOC"): section ``type``, entry ``count`` and section ``offset``;
+    ``at`` is the offset of the TOC entry itself."""
+
+    index: int
+    type: int
+    count: int
+    offset: int
+    at: int
+
+
+@dataclass(slots=True)
+class Instance:
+    """One instance: internal id (int32) and external name; ``offset`` of its entry."""
+
+    internal: int
+    external: str
+    offset: int
+
+
+@dataclass(slots=True)
+class Indom:
+    """One instance domain of the file, keyed by its file-local ``serial``.
+
+    ``positions`` maps internal id -> index in ``instances`` (the value index uses it)."""
+
+    serial: int
+    offset: int
+    instances: list[Instance]
+    shorthelp: str | None
+    longhelp: str | None
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Metric:
+    """One metric entry.  ``indom`` is the file-local serial, or None when singular.
+
+    ``slots`` is the value index: for instance position p (see :attr:`Indom.positions`;
+    position 0 for a singular metric), the offset of the value entry relative to the
+    snapshot base, or -1 when the file has no value for it."""
+
+    name: str
+    item: int
+    type: int
+    semantics: int
+    dimension: int
+    indom: int | None
+    shorthelp: str | None
+    longhelp: str | None
+    offset: int
+    slots: array[int] = field(default_factory=lambda: array("q"))
+
+    @property
+    def value_count(self) -> int:
+        return sum(1 for s in self.slots if s >= 0)
+
+
+@dataclass(slots=True)
+class Label:
+    """One label entry: ``kind`` is one of format.LABEL_{INDOM,CLUSTER,ITEM,INSTANCES};
+    ``identity`` a serial, cluster or item; ``internal`` an instance id or -1; ``payload``
+    the JSON object text; ``optional`` the on-disk PM_LABEL_OPTIONAL bit."""
+
+    kind: int
+    identity: int
+    internal: int
+    payload: str
+    optional: bool
+    offset: int
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """One consistent copy of a file's values span, taken per request.
+
+    ``data`` holds the bytes from the file's first to its last value entry; value offsets
+    in :attr:`Metric.slots` index into it.  ``sentinel`` is the live SENTINEL flag and
+    ``now_us`` the time of the copy in microseconds (for ELAPSED)."""
+
+    data: bytes
+    sentinel: bool
+    now_us: float
+
+
+# -- the file -------------------------------------------------------------------------------
+
+
+class MmvFile:
+    """One validated MMV file, open for reading values.
+
+    Build with :meth:`open`; release with :meth:`close` (or use as a context manager).
+    Attributes: ``path``, ``name`` (base name), ``header``, ``toc``, ``indoms``
+    (serial -> :class:`Indom`), ``metrics`` (accepted, in file order), ``labels``,
+    ``problems`` (skipped sections and entries), ``size``, ``uid``, ``inode``
+    ((st_dev, st_ino)) and ``mtime_ns``.
+    """
+
+    def __init__(self, path: str, fd: int, st: os.stat_result, data: bytes) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self.fd = fd
+        self.size = st.st_size
+        self.uid = st.st_uid
+        self.inode = (st.st_dev, st.st_ino)
+        self.mtime_ns = st.st_mtime_ns
+        self.toc: list[Toc] = []
+        self.indoms: dict[int, Indom] = {}
+        self.metrics: list[Metric] = []
+        self.labels: list[Label] = []
+        self.problems: list[Corrupt] = []
+        self.base = 0
+        self.span = 0
+        self.header = _Parser(self, data).parse()
+
+    # -- construction
+
+    @classmethod
+    def open(cls, path: str, *, max_size: int = DEFAULT_MAX_SIZE) -> MmvFile:
+        """Open and validate ``path``.
+
+        Raises :class:`NotReady` (generation 0 or in flux), :class:`Refused` (not a regular
+        file, unreadable, too small or large, bad magic, version, TOC or cluster) or
+        :class:`Changed` (the file changed while it was read).  Never blocks on a FIFO.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError as e:
+            raise Refused(path, "file", -1, f"cannot open: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            _check_stat(path, st, max_size)
+            data = _pread_exact(path, fd, st.st_size, 0)
+            return cls(path, fd, st, data)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        """Release the descriptor; later reads raise :class:`Changed`."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> MmvFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # -- state
+
+    @property
+    def status(self) -> str:
+        """``ok`` or ``partial`` (some section or entry was skipped)."""
+        return "partial" if self.problems else "ok"
+
+    @property
+    def value_count(self) -> int:
+        """Number of (metric, instance) values the index holds."""
+        return sum(m.value_count for m in self.metrics)
+
+    def problem(self, field: str, offset: int, message: str, limit: int | None = None) -> None:
+        self.problems.append(Corrupt(self.path, field, offset, message, limit))
+
+    def check_generation(self) -> None:
+        """Re-read size and generation pair; raise :class:`Changed` if either moved."""
+        if self.fd < 0:
+            raise Changed(self.path, "file", -1, "closed")
+        try:
+            st = os.fstat(self.fd)
+        except OSError as e:
+            raise Changed(self.path, "file", -1, f"fstat failed: {e.strerror}") from None
+        if st.st_size != self.size:
+            raise Changed(self.path, "file", -1, f"size changed from {self.size} to {st.st_size}")
+        raw = _pread_exact(self.path, self.fd, fmt.GENERATION.size, fmt.GENERATION_OFFSET)
+        g1, g2 = fmt.GENERATION.unpack(raw)
+        if g1 != self.header.g1 or g2 != self.header.g2:
+            raise Changed(
+                self.path,
+                "header.generation",
+                fmt.GENERATION_OFFSET,
+                f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
+            )
+
+    # -- values
+
+    def snapshot(self) -> Snapshot:
+        """Copy the live values span after re-checking size and generation.
+
+        Raises :class:`Changed` when the file was truncated, replaced in place or given a
+        new generation since it was loaded."""
+        if self.fd < 0:
+            raise Changed(self.path, "file", -1, "closed")
+        head = _pread_exact(self.path, self.fd, fmt.HEADER_SIZE, 0)
+        _, _, g1, g2, _, flags, _, _ = fmt.HEADER.unpack(head)
+        if g1 != self.header.g1 or g2 != self.header.g2:
+            raise Changed(
+                self.path,
+                "header.generation",
+                fmt.GENERATION_OFFSET,
+                f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
+            )
+        data = _pread_exact(self.path, self.fd, self.span, self.base) if self.span else b""
+        return Snapshot(data, bool(flags & fmt.FLAG_SENTINEL), time.time() * 1e6)
+
+    def read_string(self, offset: int) -> str | None:
+        """The live string entry at ``offset``: its text, or None when the offset is out of
+        bounds or the entry is not NUL-terminated within 256 bytes."""
+        if offset < fmt.HEADER_SIZE or offset + fmt.STRING_SIZE > self.size or self.fd < 0:
+            return None
+        try:
+            raw = os.pread(self.fd, fmt.STRING_SIZE, offset)
+        except OSError:
+            return None
+        end = raw.find(b"\0")
+        return None if end < 0 else raw[:end].decode("utf-8", "replace")
+
+    def decoder(self, mtype: int) -> Callable[[Snapshot, int], object]:
+        """A function ``(snapshot, slot) -> value`` for metrics of ``mtype``: int, float or
+        str, :data:`NO_VALUE` when the SENTINEL flag marks it absent, or
+        :data:`UNSUPPORTED` for NOSUPPORT (and any type this reader does not serve)."""
+        return _decoder(self, mtype)
+
+    def values(
+        self, snap: Snapshot | None = None
+    ) -> Iterator[tuple[Metric, Instance | None, object]]:
+        """Every (metric, instance or None, value) currently held, in file order."""
+        snap = snap or self.snapshot()
+        for metric in self.metrics:
+            decode = self.decoder(metric.type)
+            insts = self.indoms[metric.indom].instances if metric.indom is not None else [None]
+            for pos, slot in enumerate(metric.slots):
+                if slot >= 0:
+                    yield metric, insts[pos], decode(snap, slot)
+
+
+class _Absent:
+    """Marker values returned by decoders."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NO_VALUE: Final = _Absent("NO_VALUE")
+"""The SENTINEL flag marks this value as absent."""
+UNSUPPORTED: Final = _Absent("UNSUPPORTED")
+"""The metric's type is NOSUPPORT: the writer has no value to give."""
+
+
+def _decoder(mf: MmvFile, mtype: int) -> Callable[[Snapshot, int], object]:
+    if mtype == fmt.TYPE_STRING:
+        extra = fmt.VALUE_EXTRA.unpack_from
+
+        def string(snap: Snapshot, slot: int) -> object:
+            text = mf.read_string(extra(snap.data, slot + fmt.EXTRA_OFFSET)[0])
+            if text is None:
+                return UNSUPPORTED
+            return NO_VALUE if snap.sentinel and not text else text
+
+        return string
+    if mtype == fmt.TYPE_ELAPSED:
+        pair = fmt.VALUE.unpack_from
+
+        def elapsed(snap: Snapshot, slot: int) -> object:
+            raw, ext, _, _ = pair(snap.data, slot)
+            if snap.sentinel and raw == fmt.SENTINEL_BYTES:
+                return NO_VALUE
+            value: int = fmt.VALUE_FORMAT[fmt.TYPE_ELAPSED].unpack_from(raw)[0]
+            return value + int(snap.now_us + ext) if ext < 0 else value
+
+        return elapsed
+    if mtype in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
+        unpack_real = fmt.VALUE_FORMAT[mtype].unpack_from
+
+        def real(snap: Snapshot, slot: int) -> object:
+            v: float = unpack_real(snap.data, slot)[0]
+            return NO_VALUE if snap.sentinel and v != v else v
+
+        return real
+    if mtype in fmt.VALUE_FORMAT:
+        unpack_int = fmt.VALUE_FORMAT[mtype].unpack_from
+        data8 = fmt.VALUE_FORMAT[fmt.TYPE_U64].unpack_from
+        all_ones = (1 << 64) - 1
+
+        def integer(snap: Snapshot, slot: int) -> object:
+            if snap.sentinel and data8(snap.data, slot)[0] == all_ones:
+                return NO_VALUE
+            return unpack_int(snap.data, slot)[0]
+
+        return integer
+    return lambda snap, slot: UNSUPPORTED
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _check_stat(path: str, st: os.stat_result, max_size: int) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(path, "file", -1, "not a regular file")
+    if st.st_size < fmt.HEADER_SIZE:
+        raise Refused(
+            path,
+            "file.size",
+            0,
+            f"size {st.st_size} too small, expecting at least {fmt.HEADER_SIZE}",
+            fmt.HEADER_SIZE,
+        )
+    if st.st_size > max_size:
+        raise Refused(path, "file.size", 0, f"size {st.st_size} exceeds {max_size}", max_size)
+
+
+def _pread_exact(path: str, fd: int, length: int, offset: int) -> bytes:
+    try:
+        data = os.pread(fd, length, offset)
+    except OSError as e:
+        raise Changed(path, "file", offset, f"read failed: {e.strerror}") from None
+    if len(data) != length:
+        raise Changed(path, "file", offset, f"short read: {len(data)} of {length} bytes")
+    return data
+
+
+def _cstring(raw: bytes) -> str | None:
+    end = raw.find(b"\0")
+    return None if end < 0 else raw[:end].decode("utf-8", "replace")
+
+
+_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a servable metric name, or None when it is valid.
+
+    The reference's character rule (``[A-Za-z0-9_.]``, mmv.c verify_metric_name) plus one
+    of ours: no empty component (``a..b``, a leading or trailing dot), which no PMNS
+    lookup could reach."""
+    if not name:
+        return "empty name"
+    for i, ch in enumerate(name):
+        if ch not in _NAME_CHARS:
+            return f"invalid character {ch!r} at position {i}"
+    for part in name.split("."):
+        if not part:
+            return "empty name component"
+    return None
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+
+class _Parser:
+    """Validates ``data`` (the whole file) into ``mf``; header and TOC errors raise."""
+
+    def __init__(self, mf: MmvFile, data: bytes) -> None:
+        self.mf = mf
+        self.data = data
+        self.size = len(data)
+        self.path = mf.path
+        self.version = 0
+        self.sections: list[tuple[int, int, Toc]] = []  # accepted (start, end, toc)
+        self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
+        self.metric_at: dict[int, Metric] = {}
+        self.skipped_metrics: set[int] = set()
+        self.names: dict[int, set[str]] = {}  # indom entry offset -> external names seen  # entry offsets already reported
+
+    def parse(self) -> Header:
+        header = self.header()
+        self.version = header.version
+        self.mf.header = header
+        self.mf.toc = self.tocs(header.tocs)
+        by_type: dict[int, list[Toc]] = {}
+        for toc in self.mf.toc:
+            if self.accept_section(toc):
+                by_type.setdefault(toc.type, []).append(toc)
+        for toc in by_type.get(fmt.TOC_INDOMS, []):
+            self.indoms(toc)
+        for toc in by_type.get(fmt.TOC_METRICS, []):
+            self.metrics(toc)
+        self.metric_slots()
+        self.value_span(by_type.get(fmt.TOC_VALUES, []))
+        for toc in by_type.get(fmt.TOC_VALUES, []):
+            self.values(toc)
+        for toc in by_type.get(fmt.TOC_LABELS, []):
+            self.labels(toc, header)
+        return header
+
+    # -- header and TOC (fatal)
+
+    def header(self) -> Header:
+        magic, version, g1, g2, tocs, flags, process, cluster = fmt.HEADER.unpack_from(self.data)
+        if magic != fmt.MAGIC:
+            raise Refused(self.path, "header.magic", 0, f"magic {magic!r} is not 'MMV\\0'")
+        if version not in fmt.VERSIONS:
+            raise Refused(self.path, "header.version", 4, f"version {version} unsupported")
+        if g1 == 0:
+            raise NotReady(self.path, "header.g1", 8, "generation 0, no data yet")
+        if g1 != g2:
+            raise NotReady(self.path, "header.g2", 16, f"generation in flux, g1={g1} g2={g2}")
+        if tocs < 2:
+            raise Refused(
+                self.path, "header.tocs", 24, f"{tocs} TOC entries, expecting at least 2", 2
+            )
+        need = fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE
+        if need > self.size:
+            raise Refused(
+                self.path,
+                "header.tocs",
+                24,
+                f"{tocs} TOC entries need {need} bytes, file has {self.size}",
+                (self.size - 40) // 16,
+            )
+        if not 0 <= cluster <= fmt.MAX_CLUSTER:
+            raise Refused(
+                self.path, "header.cluster", 36, f"cluster {cluster} out of range", fmt.MAX_CLUSTER
+            )
+        if flags & ~fmt.FLAGS_KNOWN:
+            self.mf.problem(
+                "header.flags", 28, f"unknown flag bits {flags & ~fmt.FLAGS_KNOWN:#x} ignored"
+            )
+        return Header(version, g1, g2, tocs, flags, process, cluster)
+
+    def tocs(self, count: int) -> list[Toc]:
+        out = []
+        for i in range(count):
+            at = fmt.HEADER_SIZE + i * fmt.TOC_SIZE
+            ttype, tcount, offset = fmt.TOC.unpack_from(self.data, at)
+            out.append(Toc(i, ttype, tcount, offset, at))
+        return out
+
+    # -- sections
+
+    def accept_section(self, toc: Toc) -> bool:
+        """Range-check one TOC entry's section; record a problem and skip it when bad."""
+        where = f"toc[{toc.index}]"
+        if toc.type not in fmt.TOC_NAMES:
+            self.mf.problem(f"{where}.type", toc.at, f"bad TOC type {toc.type:#x}")
+            return False
+        limit = {
+            fmt.TOC_METRICS: fmt.MAX_ITEM,
+            fmt.TOC_INDOMS: fmt.MAX_SERIAL,
+            fmt.TOC_LABELS: fmt.MAX_LABELS,
+        }.get(toc.type)
+        name = fmt.TOC_NAMES[toc.type]
+        if limit is not None and toc.count > limit:
+            self.mf.problem(
+                f"{where}.count", toc.at + 4, f"{name} count {toc.count} > {limit}", limit
+            )
+            return False
+        if toc.count == 0:
+            return False
+        esize = fmt.ENTRY_SIZE[(toc.type, fmt.layout(self.version))]
+        start, end = toc.offset, toc.offset + toc.count * esize
+        first = fmt.HEADER_SIZE + self.mf.header.tocs * fmt.TOC_SIZE
+        if start < first or end > self.size:
+            self.mf.problem(
+                f"{where}.offset",
+                toc.at + 8,
+                f"{name} section [{start}, {end}) outside the data area [{first}, {self.size})",
+                self.size,
+            )
+            return False
+        for ostart, oend, other in self.sections:
+            if start < oend and ostart < end:
+                self.mf.problem(
+                    f"{where}.offset",
+                    toc.at + 8,
+                    f"{name} section [{start}, "
+                    f"{end}) overlaps toc[{other.index}] [{ostart}, {oend})",
+                )
+                return False
+        self.sections.append((start, end, toc))
+        return True
+
+    def string(self, offset: int, where: str, at: int, optional: bool) -> str | None:
+        """Text of the string entry at ``offset``; problems are recorded, None returned."""
+        if offset == 0:
+            if not optional:
+                self.mf.problem(where, at, "string offset 0 (absent) where a string is required")
+            return None
+        if offset < fmt.HEADER_SIZE or offset + fmt.STRING_SIZE > self.size:
+            self.mf.problem(
+                where,
+                at,
+                f"string offset {offset} outside the file (needs {fmt.STRING_SIZE} bytes)",
+                self.size - fmt.STRING_SIZE,
+            )
+            return None
+        text = _cstring(self.data[offset : offset + fmt.STRING_SIZE])
+        if text is None:
+            self.mf.problem(
+                where,
+                at,
+                f"string at {offset} not NUL-terminated within {fmt.STRING_SIZE} bytes",
+                fmt.STRING_SIZE,
+            )
+        return text
+
+    def help(self, offset: int, where: str, at: int) -> str | None:
+        return self.string(offset, where, at, optional=True)
+
+    def indoms(self, toc: Toc) -> None:
+        isize = fmt.ENTRY_SIZE[(fmt.TOC_INSTANCES, fmt.layout(self.version))]
+        for i in range(toc.count):
+            at = toc.offset + i * fmt.INDOM.size
+            where = f"indoms[{i}]"
+            serial, count, offset, short, long_ = fmt.INDOM.unpack_from(self.data, at)
+            if serial > fmt.MAX_SERIAL:
+                self.mf.problem(
+                    f"{where}.serial", at, f"serial {serial} > {fmt.MAX_SERIAL}", fmt.MAX_SERIAL
+                )
+                continue
+            if serial in self.mf.indoms:
+                self.mf.problem(f"{where}.serial", at, f"duplicate serial {serial}, ignored")
+                continue
+            end = offset + count * isize
+            if count and (offset < fmt.HEADER_SIZE or end > self.size):
+                self.mf.problem(
+                    f"{where}.offset",
+                    at + 8,
+                    f"instances [{offset}, {end}) outside the file",
+                    self.size,
+                )
+                continue
+            indom = Indom(
+                serial,
+                at,
+                [],
+                self.help(short, f"{where}.shorthelp", at + 16),
+                self.help(long_, f"{where}.longhelp", at + 24),
+            )
+            for k in range(count):
+                self.instance(indom, offset + k * isize, f"{where}.instances[{k}]")
+            self.mf.indoms[serial] = indom
+
+    def instance(self, indom: Indom, at: int, where: str) -> None:
+        if self.version == 1:
+            back, internal, raw = fmt.INSTANCE_V1.unpack_from(self.data, at)
+            external = _cstring(raw)
+            if external is None:
+                self.mf.problem(
+                    f"{where}.external",
+                    at + 16,
+                    f"name not NUL-terminated within {fmt.NAME_SIZE} bytes",
+                    fmt.NAME_SIZE,
+                )
+                return
+        else:
+            back, internal, soff = fmt.INSTANCE_V2.unpack_from(self.data, at)
+            external = self.string(soff, f"{where}.external", at + 16, optional=False)
+            if external is None:
+                return
+        if back != indom.offset:
+            self.mf.problem(
+                f"{where}.indom",
+                at,
+                f"back-reference {back} is not its indom entry at {indom.offset}, ignored",
+            )
+            return
+        if not external:
+            self.mf.problem(f"{where}.external", at + 16, "empty instance name")
+            return
+        if internal in indom.positions:
+            self.mf.problem(f"{where}.internal", at + 12, f"duplicate instance id {internal}")
+            return
+        if external in self.names.setdefault(indom.offset, set()):
+            self.mf.problem(f"{where}.external", at + 16, f"duplicate instance name {external!r}")
+            return
+        self.names[indom.offset].add(external)
+        indom.positions[internal] = len(indom.instances)
+        inst = Instance(internal, external, at)
+        indom.instances.append(inst)
+        self.instance_at[at] = (indom, indom.positions[internal])
+
+    def metrics(self, toc: Toc) -> None:
+        entry = fmt.METRIC_V1 if self.version == 1 else fmt.METRIC_V2
+        items = {m.item for m in self.mf.metrics}
+        for i in range(toc.count):
+            at = toc.offset + i * entry.size
+            metric = self.metric(entry.unpack_from(self.data, at), at, f"metrics[{i}]", items)
+            if metric is None:
+                self.skipped_metrics.add(at)
+                continue
+            items.add(metric.item)
+            self.mf.metrics.append(metric)
+            self.metric_at[at] = metric
+
+    def metric(
+        self, fields: tuple[Any, ...], at: int, where: str, items: set[int]
+    ) -> Metric | None:
+        """One metric entry, or None (with the problem recorded) when it must be skipped."""
+        raw, item, mtype, sem, dim, indom, short, long_ = fields
+        base = 64 if self.version == 1 else 8  # offset of ``item`` in the entry
+        if self.version == 1:
+            name = _cstring(raw)
+            if name is None:
+                why = f"name not NUL-terminated within {fmt.NAME_SIZE} bytes"
+                self.mf.problem(f"{where}.name", at, why, fmt.NAME_SIZE)
+                return None
+        else:
+            text = self.string(raw, f"{where}.name", at, optional=False)
+            if text is None:
+                return None
+            name = text
+        indom &= 0xFFFFFFFF
+        serial: int | None = None if indom in fmt.INDOM_NONE else indom
+        checks: list[tuple[str | None, str, int, int | None]] = [
+            (name_problem(name), "name", 0, None),
+            (
+                f"item {item} > {fmt.MAX_ITEM}" if item > fmt.MAX_ITEM else None,
+                "item",
+                base,
+                fmt.MAX_ITEM,
+            ),
+            (f"duplicate item {item}, ignored" if item in items else None, "item", base, None),
+            (None if mtype in fmt.TYPE_NAMES else f"unknown type {mtype}", "type", base + 4, None),
+            (
+                None if sem in fmt.SEMANTICS else f"unknown semantics {sem}",
+                "semantics",
+                base + 8,
+                None,
+            ),
+            (
+                f"indom serial {serial} is not defined in this file"
+                if serial is not None and serial not in self.mf.indoms
+                else None,
+                "indom",
+                base + 16,
+                None,
+            ),
+        ]
+        for problem, fname, off, limit in checks:
+            if problem:
+                detail = f"metric name {name!r}: {problem}" if fname == "name" else problem
+                self.mf.problem(f"{where}.{fname}", at + off, detail, limit)
+                return None
+        return Metric(
+            name,
+            item,
+            mtype,
+            sem,
+            dim,
+            serial,
+            self.help(short, f"{where}.shorthelp", at + base + 24),
+            self.help(long_, f"{where}.longhelp", at + base + 32),
+            at,
+        )
+
+    def metric_slots(self) -> None:
+        for m in self.mf.metrics:
+            n = 1 if m.indom is None else len(self.mf.indoms[m.indom].instances)
+            m.slots = array("q", [-1]) * n
+
+    def value_span(self, tocs: list[Toc]) -> None:
+        """Base and length of the span holding every accepted VALUES section."""
+        if tocs:
+            self.mf.base = min(t.offset for t in tocs)
+            self.mf.span = max(t.offset + t.count * fmt.VALUE_SIZE for t in tocs) - self.mf.base
+
+    def values(self, toc: Toc) -> None:
+        for i in range(toc.count):
+            self.value(toc.offset + i * fmt.VALUE_SIZE, f"values[{i}]")
+
+    def value(self, at: int, where: str) -> None:
+        _, extra, moff, ioff = fmt.VALUE.unpack_from(self.data, at)
+        metric = self.metric_at.get(moff)
+        if metric is None and moff in self.skipped_metrics:
+            return  # the metric entry itself was reported
+        if metric is None:
+            self.mf.problem(
+                f"{where}.metric", at + 16, f"offset {moff} is not an accepted metric entry"
+            )
+            return
+        if metric.indom is None:
+            pos = 0
+        else:
+            found = self.instance_at.get(ioff)
+            if found is None or found[0].serial != metric.indom:
+                self.mf.problem(
+                    f"{where}.instance",
+                    at + 24,
+                    f"offset {ioff} is not an "
+                    f"instance of indom {metric.indom} (metric {metric.name})",
+                )
+                return
+            pos = found[1]
+        if metric.slots[pos] >= 0:
+            self.mf.problem(f"{where}", at, f"duplicate value for metric {metric.name}, ignored")
+            return
+        if (
+            metric.type == fmt.TYPE_STRING
+            and self.string(extra, f"{where}.extra", at + 8, optional=False) is None
+        ):
+            return
+        metric.slots[pos] = at - self.mf.base
+
+    def labels(self, toc: Toc, header: Header) -> None:
+        items = {m.item for m in self.mf.metrics}
+        for i in range(toc.count):
+            at = toc.offset + i * fmt.LABEL.size
+            where = f"labels[{i}]"
+            flags, identity, internal, raw = fmt.LABEL.unpack_from(self.data, at)
+            kind = flags & ~fmt.LABEL_OPTIONAL
+            if kind not in fmt.LABEL_KINDS:
+                self.mf.problem(f"{where}.flags", at, f"bad label flags {flags:#x}")
+                continue
+            payload = _cstring(raw)
+            if payload is None:
+                self.mf.problem(
+                    f"{where}.payload",
+                    at + 12,
+                    f"payload not NUL-terminated within {fmt.LABEL_PAYLOAD_SIZE} bytes",
+                    fmt.LABEL_PAYLOAD_SIZE,
+                )
+                continue
+            why = _label_problem(payload)
+            if why:
+                self.mf.problem(f"{where}.payload", at + 12, why)
+                continue
+            why = self.label_target(kind, identity, internal, header, items)
+            if why:
+                self.mf.problem(f"{where}.identity", at + 4, why)
+                continue
+            self.mf.labels.append(
+                Label(kind, identity, internal, payload, bool(flags & fmt.LABEL_OPTIONAL), at)
+            )
+
+    def label_target(
+        self, kind: int, identity: int, internal: int, header: Header, items: set[int]
+    ) -> str | None:
+        if kind == fmt.LABEL_CLUSTER:
+            return (
+                None
+                if identity == header.cluster
+                else (f"cluster label for cluster {identity}, file asks for {header.cluster}")
+            )
+        if kind == fmt.LABEL_ITEM:
+            return None if identity in items else f"item label for unknown item {identity}"
+        indom = self.mf.indoms.get(identity)
+        if indom is None:
+            return f"{fmt.LABEL_KINDS[kind]} label for unknown indom serial {identity}"
+        if kind == fmt.LABEL_INSTANCES and internal not in indom.positions:
+            return f"instance label for unknown instance {internal} of indom {identity}"
+        return None
+
+
+def _label_problem(payload: str) -> str | None:
+    try:
+        obj = json.loads(payload)
+    except ValueError as e:
+        return f"payload is not JSON: {e}"
+    if not isinstance(obj, dict) or not obj:
+        return "payload is not a non-empty JSON object"
+    return None
