@@ -1,0 +1,56 @@
+"""``pmda-mmv``: the command line.
+
+Subcommands: ``pmda`` (the agent pmcd runs), ``debug`` (standalone, no pmcd), ``check`` and
+``dump`` (inspect files).  Each subcommand's module is imported only when it runs, so
+``check`` and ``dump`` work without python3-pcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EPILOG = """\
+commands:
+  pmda     run as PCP's mmv agent under pmcd (what pmcd.conf starts; see pmda --help)
+  debug    serve the directory standalone and print what the agent sees (no pmcd)
+  check    validate MMV files: ok, not-ready, partial or refused, with every problem
+  dump     print every header field, TOC entry, indom, instance, metric, value and label
+
+Files are MMV files (mmv(5)) as written by libpcp_mmv, pcp.mmv, Parfait, Speed or Hornet
+into $PCP_TMP_DIR/mmv.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pmda-mmv`` console script; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="pmda-mmv",
+        description="Performance Co-Pilot agent for MMV (Memory Mapped Values) files.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["pmda", "debug", "check", "dump"])
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if args else 2
+    ns = parser.parse_args(args[:1])
+    rest = args[1:]
+    if ns.command == "pmda":
+        from . import pmda
+
+        return pmda.main(rest)
+    if ns.command == "debug":
+        from . import debug
+
+        return debug.main(rest)
+    from . import inspect
+
+    return inspect.main(ns.command, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
