@@ -1,0 +1,1 @@
+"""Root pytest configuration: fixture modules shared by every test file are plugins here."""
