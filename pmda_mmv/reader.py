@@ -265,6 +265,7 @@ class MmvFile:
         try:
             st = os.fstat(fd)
             _check_stat(path, st, max_size)
+            read_header(path, _pread_exact(path, fd, fmt.HEADER_SIZE, 0), st.st_size)
             data = _pread_exact(path, fd, st.st_size, 0)
             return cls(path, fd, st, data)
         except BaseException:
@@ -486,6 +487,34 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def read_header(path: str, head: bytes, size: int) -> Header:
+    """Validate the header in ``head`` (at least 40 bytes) of a file of ``size`` bytes, in the
+    reference's order (mmv.c create_client_stat).
+
+    Raises :class:`Refused` (magic, version, TOC count or size, cluster) or :class:`NotReady`
+    (g1 is 0, or g1 != g2)."""
+    magic, version, g1, g2, tocs, flags, process, cluster = fmt.HEADER.unpack_from(head)
+    if magic != fmt.MAGIC:
+        raise Refused(path, "header.magic", 0, f"magic {magic!r} is not 'MMV\\0'")
+    if version not in fmt.VERSIONS:
+        raise Refused(path, "header.version", 4, f"version {version} unsupported")
+    if g1 == 0:
+        raise NotReady(path, "header.g1", 8, "generation 0, no data yet")
+    if g1 != g2:
+        raise NotReady(path, "header.g2", 16, f"generation in flux, g1={g1} g2={g2}")
+    if tocs < 2:
+        raise Refused(path, "header.tocs", 24, f"{tocs} TOC entries, expecting at least 2", 2)
+    need = fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE
+    if need > size:
+        limit = (size - fmt.HEADER_SIZE) // fmt.TOC_SIZE
+        why = f"{tocs} TOC entries need {need} bytes, file has {size}"
+        raise Refused(path, "header.tocs", 24, why, limit)
+    if not 0 <= cluster <= fmt.MAX_CLUSTER:
+        why = f"cluster {cluster} out of range"
+        raise Refused(path, "header.cluster", 36, why, fmt.MAX_CLUSTER)
+    return Header(version, g1, g2, tocs, flags, process, cluster)
+
+
 # -- the parser -----------------------------------------------------------------------------
 
 
@@ -502,7 +531,9 @@ class _Parser:
         self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
         self.metric_at: dict[int, Metric] = {}
         self.skipped_metrics: set[int] = set()
-        self.names: dict[int, set[str]] = {}  # indom entry offset -> external names seen  # entry offsets already reported
+        self.names: dict[
+            int, set[str]
+        ] = {}  # indom entry offset -> external names seen  # entry offsets already reported
 
     def parse(self) -> Header:
         header = self.header()
@@ -528,37 +559,11 @@ class _Parser:
     # -- header and TOC (fatal)
 
     def header(self) -> Header:
-        magic, version, g1, g2, tocs, flags, process, cluster = fmt.HEADER.unpack_from(self.data)
-        if magic != fmt.MAGIC:
-            raise Refused(self.path, "header.magic", 0, f"magic {magic!r} is not 'MMV\\0'")
-        if version not in fmt.VERSIONS:
-            raise Refused(self.path, "header.version", 4, f"version {version} unsupported")
-        if g1 == 0:
-            raise NotReady(self.path, "header.g1", 8, "generation 0, no data yet")
-        if g1 != g2:
-            raise NotReady(self.path, "header.g2", 16, f"generation in flux, g1={g1} g2={g2}")
-        if tocs < 2:
-            raise Refused(
-                self.path, "header.tocs", 24, f"{tocs} TOC entries, expecting at least 2", 2
-            )
-        need = fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE
-        if need > self.size:
-            raise Refused(
-                self.path,
-                "header.tocs",
-                24,
-                f"{tocs} TOC entries need {need} bytes, file has {self.size}",
-                (self.size - 40) // 16,
-            )
-        if not 0 <= cluster <= fmt.MAX_CLUSTER:
-            raise Refused(
-                self.path, "header.cluster", 36, f"cluster {cluster} out of range", fmt.MAX_CLUSTER
-            )
-        if flags & ~fmt.FLAGS_KNOWN:
-            self.mf.problem(
-                "header.flags", 28, f"unknown flag bits {flags & ~fmt.FLAGS_KNOWN:#x} ignored"
-            )
-        return Header(version, g1, g2, tocs, flags, process, cluster)
+        header = read_header(self.path, self.data, self.size)
+        if header.flags & ~fmt.FLAGS_KNOWN:
+            unknown = header.flags & ~fmt.FLAGS_KNOWN
+            self.mf.problem("header.flags", 28, f"unknown flag bits {unknown:#x} ignored")
+        return header
 
     def tocs(self, count: int) -> list[Toc]:
         out = []

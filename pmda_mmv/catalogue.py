@@ -1,0 +1,293 @@
+"""Many MMV files to one PCP namespace: clusters, PMIDs, indoms, names, labels and help.
+
+Pure bookkeeping with no PCP imports: the agent turns the :class:`FileEntry` records made here
+into ``pcp.pmda`` metrics and indoms.  Rules (see the README's differences table for where they
+improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
+
+* Cluster 0 is the agent's own.  A file's header cluster (1..4095) is honoured when no other
+  served file holds it; cluster 0, or a taken cluster, gets the lowest free cluster not asked
+  for by another file, with a warning when the file asked for a taken one.  A file reloaded
+  under the same name keeps its cluster when it can, so PMIDs stay stable for archives.
+* Names are ``<prefix>.<file>.<metric>``, or ``<prefix>.<metric>`` for NOPREFIX files.  A name
+  that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
+  or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
+  then files of one scan in name order.
+* A PCP indom serial is ``(cluster << 11) | serial`` as the reference builds it when cluster and
+  file serial are both below 2048; any other pair gets a serial from 1..2047 (cluster 0's space,
+  which files never use), so two indoms never alias.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from . import format as fmt
+from .reader import Indom, Label, Metric, MmvFile, name_problem
+
+# PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
+PM_TYPE_64: Final = 2
+PM_SEM_COUNTER: Final = 1
+CONTROL_CLUSTER: Final = 0
+INDOM_POOL: Final = range(1, 2048)
+"""PCP indom serials handed to (cluster, serial) pairs that cannot be packed; 0 is the agent's."""
+
+Log = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class ServedIndom:
+    """One instance domain as served: PCP ``serial`` (domain added by the agent), instances as
+    (internal id, external name), help text and labels (JSON object text, "" when none)."""
+
+    serial: int
+    indom: Indom
+    labels: str = ""
+    notes: str = ""
+    instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ServedMetric:
+    """One metric as served: full ``name``, PMID (``cluster``, ``item``), PCP descriptor fields
+    (``type`` PM_TYPE_*, ``semantics`` PM_SEM_*, ``units`` pmUnits word, ``indom`` PCP serial or
+    None), help text, and labels/notes (JSON object text, "" when none)."""
+
+    name: str
+    cluster: int
+    item: int
+    type: int
+    semantics: int
+    units: int
+    indom: ServedIndom | None
+    metric: Metric
+    labels: str = ""
+    notes: str = ""
+
+    @property
+    def oneline(self) -> str:
+        return self.metric.shorthelp or ""
+
+    @property
+    def helptext(self) -> str:
+        return self.metric.longhelp or ""
+
+
+@dataclass(slots=True)
+class FileEntry:
+    """One served file: its reader, assigned ``cluster``, served metrics and indoms (by the
+    file's own serial), cluster labels, and the naming problems met while adding it."""
+
+    mf: MmvFile
+    cluster: int
+    metrics: list[ServedMetric] = field(default_factory=list)
+    indoms: dict[int, ServedIndom] = field(default_factory=dict)
+    labels: str = ""
+    notes: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.mf.name
+
+
+class Catalogue:
+    """The namespace of all served files.
+
+    ``add`` a loaded :class:`MmvFile` (returns its :class:`FileEntry`, or None when the file
+    cannot be served at all), ``remove`` it by name.  ``log`` receives one line per refusal or
+    warning, naming the file."""
+
+    def __init__(
+        self, prefix: str = "mmv", reserved: Iterable[str] = ("control",), log: Log | None = None
+    ) -> None:
+        self.prefix = prefix
+        self.reserved = {f"{prefix}.{r}" for r in reserved}
+        self.log: Log = log or (lambda line: None)
+        self.files: dict[str, FileEntry] = {}
+        self.leaves: set[str] = set()
+        self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
+        self.indom_pool: set[int] = set()  # pool serials in use
+        self.last_cluster: dict[str, int] = {}
+
+    # -- clusters
+
+    def clusters(self) -> dict[int, FileEntry]:
+        return {e.cluster: e for e in self.files.values()}
+
+    def choose_cluster(self, mf: MmvFile, requested: set[int]) -> int | None:
+        """The cluster for ``mf``: see the module rules; ``requested`` holds clusters other
+        files in the directory ask for.  None when all 4095 are taken."""
+        taken = {e.cluster for e in self.files.values()}
+        want = mf.header.cluster or self.last_cluster.get(mf.name, 0)
+        if want and want not in taken:
+            return want
+        for c in range(1, fmt.MAX_CLUSTER + 1):
+            if c not in taken and c not in requested:
+                break
+        else:
+            free = [c for c in range(1, fmt.MAX_CLUSTER + 1) if c not in taken]
+            if not free:
+                return None
+            c = free[0]
+        if mf.header.cluster:
+            self.log(
+                f"{mf.path}: header.cluster at offset 36: cluster {mf.header.cluster} "
+                f"already served, using cluster {c}"
+            )
+        return c
+
+    # -- names
+
+    def name_conflict(self, name: str) -> str | None:
+        """Why ``name`` cannot be added now, or None."""
+        for reserved in self.reserved:
+            if name == reserved or name.startswith(reserved + "."):
+                return f"{name} is reserved for the agent"
+        if name in self.leaves:
+            return f"{name} is already served"
+        if name in self.interior:
+            return f"{name} is a non-leaf of names already served"
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            if ".".join(parts[:i]) in self.leaves:
+                return f"{'.'.join(parts[:i])} is already a leaf"
+        return None
+
+    def _claim(self, name: str) -> None:
+        self.leaves.add(name)
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            node = ".".join(parts[:i])
+            self.interior[node] = self.interior.get(node, 0) + 1
+
+    def _release(self, name: str) -> None:
+        self.leaves.discard(name)
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            node = ".".join(parts[:i])
+            self.interior[node] -= 1
+            if not self.interior[node]:
+                del self.interior[node]
+
+    # -- indoms
+
+    def _indom_serial(self, cluster: int, serial: int) -> int | None:
+        if cluster < 2048 and serial < 2048:
+            return (cluster << 11) | serial
+        for s in INDOM_POOL:
+            if s not in self.indom_pool:
+                self.indom_pool.add(s)
+                return s
+        return None
+
+    # -- files
+
+    def add(self, mf: MmvFile, requested: set[int] | None = None) -> FileEntry | None:
+        """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
+        its name is not a valid name component or no cluster is free (both logged)."""
+        if mf.name in self.files:
+            self.remove(mf.name)
+        why = name_problem(mf.name)
+        if why and not mf.header.noprefix:
+            self.log(
+                f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
+                f"({why}), file not served"
+            )
+            return None
+        cluster = self.choose_cluster(mf, requested or set())
+        if cluster is None:
+            self.log(f"{mf.path}: header.cluster at offset 36: no free cluster, file not served")
+            return None
+        entry = FileEntry(mf, cluster)
+        self._add_indoms(entry)
+        self._add_metrics(entry)
+        entry.labels, entry.notes = _merge(lb for lb in mf.labels if lb.kind == fmt.LABEL_CLUSTER)
+        self.files[mf.name] = entry
+        self.last_cluster[mf.name] = cluster
+        return entry
+
+    def remove(self, name: str) -> FileEntry | None:
+        """Stop serving the file called ``name``; returns its entry (still open) or None."""
+        entry = self.files.pop(name, None)
+        if entry is None:
+            return None
+        for m in entry.metrics:
+            self._release(m.name)
+        for si in entry.indoms.values():
+            self.indom_pool.discard(si.serial)
+        return entry
+
+    def _add_indoms(self, entry: FileEntry) -> None:
+        mf = entry.mf
+        for serial, indom in mf.indoms.items():
+            pcp_serial = self._indom_serial(entry.cluster, serial)
+            if pcp_serial is None:
+                self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
+                continue
+            si = ServedIndom(pcp_serial, indom)
+            si.labels, si.notes = _merge(
+                lb for lb in mf.labels if lb.kind == fmt.LABEL_INDOM and lb.identity == serial
+            )
+            for inst in indom.instances:
+                pair = _merge(
+                    lb
+                    for lb in mf.labels
+                    if lb.kind == fmt.LABEL_INSTANCES
+                    and lb.identity == serial
+                    and lb.internal == inst.internal
+                )
+                if pair != ("", ""):
+                    si.instance_labels[inst.internal] = pair
+            entry.indoms[serial] = si
+
+    def _add_metrics(self, entry: FileEntry) -> None:
+        mf = entry.mf
+        stem = self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
+        for metric in mf.metrics:
+            name = f"{stem}.{metric.name}"
+            why = self.name_conflict(name)
+            if why:
+                self._refuse(entry, f"metrics at offset {metric.offset}: {why}, metric not served")
+                continue
+            indom = None
+            if metric.indom is not None:
+                indom = entry.indoms.get(metric.indom)
+                if indom is None:
+                    self._refuse(entry, f"metric {name}: its indom was not served")
+                    continue
+            self._claim(name)
+            served = _served_metric(name, entry.cluster, metric, indom)
+            served.labels, served.notes = _merge(
+                lb for lb in mf.labels if lb.kind == fmt.LABEL_ITEM and lb.identity == metric.item
+            )
+            entry.metrics.append(served)
+
+    def _refuse(self, entry: FileEntry, why: str) -> None:
+        entry.problems.append(why)
+        self.log(f"{entry.mf.path}: {why}")
+
+
+def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:
+    if m.type == fmt.TYPE_ELAPSED:
+        return ServedMetric(
+            name, cluster, m.item, PM_TYPE_64, PM_SEM_COUNTER, fmt.UNITS_ELAPSED, indom, m
+        )
+    sem = m.semantics or PM_SEM_COUNTER
+    return ServedMetric(name, cluster, m.item, m.type, sem, m.dimension, indom, m)
+
+
+def _merge(labels: Iterable[Label]) -> tuple[str, str]:
+    """Merge label payloads in file order (later names override) into (labels, notes) JSON
+    object texts, split by the on-disk OPTIONAL flag; "" for an empty set."""
+    required: dict[str, object] = {}
+    optional: dict[str, object] = {}
+    for lb in labels:
+        target = optional if lb.optional else required
+        target.update(json.loads(lb.payload))
+    return (
+        json.dumps(required, separators=(",", ":")) if required else "",
+        json.dumps(optional, separators=(",", ":")) if optional else "",
+    )
