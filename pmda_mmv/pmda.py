@@ -1,0 +1,502 @@
+"""The ``pcp.pmda.PMDA`` glue: PCP's ``mmv`` agent (domain 70, dynamic root ``mmv``).
+
+Callbacks are thin: the :class:`~.scanner.Scanner` decides what is served, the
+:class:`~.catalogue.Catalogue` how it is named, and this module registers the result with
+python3-pcp and answers fetch, store, label and text requests.  No exception escapes a
+callback: each logs one line and returns a PCP error code.  Importing this module has no
+side effects; :func:`main` is what pmcd runs (``pmda-mmv pmda``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import cpmapi as c_api
+from pcp.pmapi import pmContext, pmUnits
+from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
+
+from . import format as fmt
+from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
+from .reader import NO_VALUE, UNSUPPORTED, Changed, Snapshot
+from .scanner import Changes, FileState, Scanner
+from .watcher import Watcher
+
+Fetcher = Callable[[int], Any]
+
+ERR_INST: Final = [c_api.PM_ERR_INST, 0]
+ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
+
+# The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
+RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
+CONTROL: Final = {
+    RELOAD: (
+        "control.reload",
+        "Control maps reloading",
+        "Writing anything other then 0 to this metric will result in\n"
+        "re-reading directory and re-mapping files.",
+    ),
+    DEBUG: (
+        "control.debug",
+        "Debug flag",
+        "See pmdbg(1).  pmstore into this metric to change the debug value.",
+    ),
+    FILES: (
+        "control.files",
+        "Memory mapped file count",
+        "Count of currently mapped and exported statistics files.",
+    ),
+}
+STATUS_METRICS: Final = (
+    "control.metrics",
+    "Memory mapped metric count",
+    "Count of currently exported metrics, excluding the control metrics.",
+)
+# Per-file status (--status-metrics): item -> (name, PM_TYPE, oneline, reader of FileState).
+FILE_STATUS: Final[dict[int, tuple[str, int, str, Callable[[FileState], object]]]] = {
+    10: (
+        "control.file.state",
+        c_api.PM_TYPE_STRING,
+        "State of the file: ok, partial, not-ready, refused or exited",
+        lambda s: s.state,
+    ),
+    11: (
+        "control.file.problems",
+        c_api.PM_TYPE_U32,
+        "Number of problems found in the file when it was last read",
+        lambda s: len(s.problems),
+    ),
+    12: (
+        "control.file.last_problem",
+        c_api.PM_TYPE_STRING,
+        "The last problem found: file, field, byte offset and reason",
+        lambda s: s.last_problem,
+    ),
+    13: (
+        "control.file.metrics",
+        c_api.PM_TYPE_U32,
+        "Number of metrics served from the file",
+        lambda s: len(s.entry.metrics) if s.entry else 0,
+    ),
+    14: (
+        "control.file.values",
+        c_api.PM_TYPE_U32,
+        "Number of values the file holds",
+        lambda s: s.entry.mf.value_count if s.entry else 0,
+    ),
+    15: (
+        "control.file.generation",
+        c_api.PM_TYPE_U64,
+        "Generation number of the file served",
+        lambda s: s.entry.mf.header.g1 if s.entry else 0,
+    ),
+    16: (
+        "control.file.pid",
+        c_api.PM_TYPE_32,
+        "Writer process id from the file header",
+        lambda s: s.entry.mf.header.process if s.entry else 0,
+    ),
+    17: (
+        "control.file.cluster",
+        c_api.PM_TYPE_U32,
+        "PMID cluster assigned to the file",
+        lambda s: s.entry.cluster if s.entry else 0,
+    ),
+}
+STATUS_INDOM_HELP: Final = (
+    "MMV files in the directory",
+    "One instance per directory entry the agent has looked at, named by "
+    "file name, whether it is served or not.",
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Command line of ``pmda-mmv pmda``."""
+
+    domain: int = 70
+    prefix: str = "mmv"
+    logfile: str = "mmv.log"
+    username: str | None = None
+    debug: str | None = None
+    directory: str | None = None
+    status_metrics: bool = False
+    owners: tuple[int, ...] | None = None
+    polling: bool = False
+    notready: bool = False
+
+
+def _units(word: int) -> pmUnits:
+    """The pmUnits for an on-disk word, bit for bit (pad/extra bits included)."""
+    return pmUnits.from_buffer_copy(word.to_bytes(4, sys.byteorder))
+
+
+class MmvPMDA(PMDA):  # type: ignore[misc]
+    """PCP's ``mmv`` agent.  Construct, then :meth:`serve` (blocks until pmcd closes)."""
+
+    def __init__(self, opts: Options) -> None:
+        super().__init__(opts.prefix, opts.domain, opts.logfile, "/nonexistent/pmda-mmv/help")
+        self.opts = opts
+        directory = opts.directory or os.path.join(
+            pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
+        )
+        self.catalogue = Catalogue(opts.prefix, log=self.err)
+        self.scanner = Scanner(directory, self.catalogue, owners=opts.owners, log=self.err)
+        self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
+        self.debug_value = 0
+        self.fetchers: dict[int, Fetcher] = {}
+        self.pmda_metrics: dict[str, pmdaMetric] = {}
+        self.by_cluster: dict[int, FileEntry] = {}
+        self.snaps: dict[int, Snapshot] = {}
+        self.status_instances: list[FileState] = []
+        self._add_control_metrics()
+        self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
+        self.set_fetch(self._guard(self.snaps.clear, None))
+        self.set_refresh(self._guard(self.refresh_cluster, None))
+        self.set_fetch_callback(self.fetch_callback)
+        self.set_store_callback(self._guard(self.store_callback, c_api.PM_ERR_PERMISSION))
+        self.set_label(self._guard(lambda i, t: self.label(i, t, 0), "{}"))
+        self.set_notes(self._guard(lambda i, t: self.label(i, t, 1), "{}"))
+        self.set_label_callback(self._guard(lambda d, i: self.instance_label(d, i, 0), "{}"))
+        self.set_notes_callback(self._guard(lambda d, i: self.instance_label(d, i, 1), "{}"))
+
+    # -- startup
+
+    def serve(self) -> None:
+        """Handshake with pmcd, drop privileges, scan, then answer requests.
+
+        With ``--notready`` (pmcd.conf ``pipe binary notready``) pmcd sends nothing until the
+        agent reports ready after its first scan, however long that takes; dbpmda and plain
+        ``pipe binary`` lines must not get that report."""
+        self.connect_pmcd()
+        self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
+        self.refresh_metrics(force=True)
+        if self.opts.notready:
+            self.pmda_ready()
+        self.run()
+
+    def _guard(self, func: Callable[..., Any], fallback: Any) -> Callable[..., Any]:
+        """Wrap a callback so that no exception escapes into libpcp_pmda."""
+
+        def guarded(*args: Any) -> Any:
+            try:
+                return func(*args)
+            except Exception as e:
+                self.err(f"{getattr(func, '__name__', 'callback')}: {type(e).__name__}: {e}")
+                return fallback
+
+        return guarded
+
+    # -- the agent's own metrics
+
+    def _add_control_metrics(self) -> None:
+        none = pmUnits(0, 0, 0, 0, 0, 0)
+        control = dict(CONTROL)
+        if self.opts.status_metrics:
+            control[METRICS] = STATUS_METRICS
+        for item, (name, oneline, text) in control.items():
+            metric = pmdaMetric(
+                self.pmid(CONTROL_CLUSTER, item),
+                c_api.PM_TYPE_32,
+                c_api.PM_INDOM_NULL,
+                c_api.PM_SEM_INSTANT,
+                none,
+            )
+            self._add(f"{self.opts.prefix}.{name}", metric, oneline, text)
+        self.fetchers[RELOAD] = lambda inst: [int(self.scanner.pending), 1]
+        self.fetchers[DEBUG] = lambda inst: [self.debug_value, 1]
+        self.fetchers[FILES] = lambda inst: [len(self.catalogue.files), 1]
+        self.fetchers[METRICS] = lambda inst: [
+            sum(len(e.metrics) for e in self.catalogue.files.values()),
+            1,
+        ]
+        if self.opts.status_metrics:
+            self._add_status_metrics(none)
+
+    def _add_status_metrics(self, none: pmUnits) -> None:
+        indom = self.indom(0)
+        self.add_indom(pmdaIndom(indom, []), *STATUS_INDOM_HELP)
+        for item, (name, ptype, oneline, get) in FILE_STATUS.items():
+            metric = pmdaMetric(
+                self.pmid(CONTROL_CLUSTER, item), ptype, indom, c_api.PM_SEM_INSTANT, none
+            )
+            self._add(f"{self.opts.prefix}.{name}", metric, oneline, oneline)
+            self.fetchers[item] = self._status_fetcher(get)
+
+    def _status_fetcher(self, get: Callable[[FileState], object]) -> Fetcher:
+        def fetch(inst: int) -> Any:
+            for state in self.scanner.states.values():
+                if state.instance == inst:
+                    return [get(state), 1]
+            return ERR_INST
+
+        return fetch
+
+    def _update_status_indom(self) -> None:
+        insts = [pmdaInstid(s.instance, s.name) for s in self.scanner.states.values()]
+        self.replace_indom(self.indom(0), insts)
+
+    # -- metric table helpers (python3-pcp 6.0.3 keeps help in dicts shared with C)
+
+    def _add(self, name: str, metric: pmdaMetric, oneline: str, text: str) -> None:
+        self.add_metric(name, metric, oneline, text)
+        pmid = metric.m_desc.pmid
+        if not oneline:
+            del self._metric_oneline[pmid]  # absent text is PM_ERR_TEXT, not ""
+        if not text:
+            del self._metric_helptext[pmid]
+        self.pmda_metrics[name] = metric
+
+    def _remove(self, name: str) -> None:
+        metric = self.pmda_metrics.pop(name)
+        pmid = metric.m_desc.pmid
+        self._metric_oneline.setdefault(pmid, "")
+        self._metric_helptext.setdefault(pmid, "")
+        self.remove_metric(name, metric)
+
+    def _drop_indom(self, indom: int) -> None:
+        """Remove an indom (6.0.3 has no remove_indom; the table is shared with C)."""
+        self._indomtable[:] = [e for e in self._indomtable if e.it_indom != indom]
+        for table in (self._indoms, self._indom_oneline, self._indom_helptext):
+            table.pop(indom, None)
+
+    # -- applying scanner changes
+
+    def refresh_metrics(self, force: bool = False) -> None:
+        """Start of every request: bring the served tables up to date."""
+        self.watcher.ensure()
+        self.apply(self.scanner.refresh(force))
+
+    def apply(self, changes: Changes) -> None:
+        for entry in changes.removed:
+            self._unserve(entry)
+        for entry in changes.added:
+            self._serve(entry)
+        if changes.removed or changes.added:
+            self.set_notify_change()
+        if changes.states and self.opts.status_metrics:
+            self._update_status_indom()
+
+    def _unserve(self, entry: FileEntry) -> None:
+        for sm in entry.metrics:
+            self._remove(sm.name)
+            self.fetchers.pop((sm.cluster << 10) | sm.item, None)
+        for si in entry.indoms.values():
+            self._drop_indom(self.indom(si.serial))
+        if self.by_cluster.get(entry.cluster) is entry:
+            del self.by_cluster[entry.cluster]
+            self.snaps.pop(entry.cluster, None)
+
+    def _serve(self, entry: FileEntry) -> None:
+        self.by_cluster[entry.cluster] = entry
+        for si in entry.indoms.values():
+            insts = [pmdaInstid(i.internal, i.external) for i in si.indom.instances]
+            self.add_indom(
+                pmdaIndom(self.indom(si.serial), insts),
+                si.indom.shorthelp or "",
+                si.indom.longhelp or "",
+            )
+        for sm in entry.metrics:
+            indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
+            metric = pmdaMetric(
+                self.pmid(sm.cluster, sm.item), sm.type, indom, sm.semantics, _units(sm.units)
+            )
+            self._add(sm.name, metric, sm.oneline, sm.helptext)
+            self.fetchers[(sm.cluster << 10) | sm.item] = self._fetcher(entry, sm)
+
+    # -- fetch
+
+    def refresh_cluster(self, cluster: int) -> None:
+        """Once per cluster per fetch: one consistent snapshot of that file's values."""
+        entry = self.by_cluster.get(cluster)
+        if entry is None:
+            return
+        try:
+            self.snaps[cluster] = entry.mf.snapshot()
+        except Changed as e:
+            self.err(f"{e}; reloading")
+            self.apply(self.scanner.reload(entry.name))
+            entry = self.by_cluster.get(cluster)
+            if entry is not None:
+                self.snaps[cluster] = entry.mf.snapshot()
+
+    def fetch_callback(self, cluster: int, item: int, inst: int) -> Any:
+        """One value: ``[value, 1]``, ``[PM_ERR_*, 0]``, or None for "no value"."""
+        fetcher = self.fetchers.get((cluster << 10) | item)
+        if fetcher is None:
+            return [c_api.PM_ERR_PMID, 0]
+        try:
+            return fetcher(inst)
+        except Exception as e:
+            self.err(f"fetch {cluster}.{item}[{inst}]: {type(e).__name__}: {e}")
+            return ERR_AGAIN
+
+    def _fetcher(self, entry: FileEntry, sm: ServedMetric) -> Fetcher:
+        """The per-metric value reader: index, decode, wrap; nothing else per value."""
+        if sm.metric.type == fmt.TYPE_NOSUPPORT:
+            return lambda inst: [c_api.PM_ERR_APPVERSION, 0]
+        decode = entry.mf.decoder(sm.metric.type)
+        slots = sm.metric.slots
+        snaps = self.snaps
+        cluster = sm.cluster
+
+        def wrap(value: object) -> Any:
+            if value is NO_VALUE:
+                return None
+            if value is UNSUPPORTED:
+                return [c_api.PM_ERR_VALUE, 0]
+            return [value, 1]
+
+        if sm.indom is None:
+            slot = slots[0]
+
+            def singular(inst: int) -> Any:
+                snap = snaps.get(cluster)
+                if slot < 0 or snap is None:
+                    return ERR_INST if slot < 0 else ERR_AGAIN
+                return wrap(decode(snap, slot))
+
+            return singular
+        positions = sm.indom.indom.positions
+
+        def instance(inst: int) -> Any:
+            pos = positions.get(inst)
+            if pos is None or slots[pos] < 0:
+                return ERR_INST
+            snap = snaps.get(cluster)
+            return ERR_AGAIN if snap is None else wrap(decode(snap, slots[pos]))
+
+        return instance
+
+    # -- store
+
+    def store_callback(self, cluster: int, item: int, inst: int, value: Any) -> int:
+        """pmstore: control.reload (non-zero rescans at the next request, 0 cancels) and
+        control.debug; anything else is PM_ERR_PERMISSION."""
+        if cluster != CONTROL_CLUSTER:
+            return int(c_api.PM_ERR_PERMISSION)
+        if item == RELOAD:
+            self.scanner.reload_requested = bool(value)
+            return 0
+        if item == DEBUG:
+            self.debug_value = int(value)
+            return 0
+        return int(c_api.PM_ERR_PERMISSION)
+
+    # -- labels
+
+    def label(self, ident: int, ltype: int, notes: int) -> str:
+        """Cluster, item and indom labels from the files' LABELS sections; ``notes`` selects
+        those with the on-disk OPTIONAL flag."""
+        if ltype == c_api.PM_LABEL_CLUSTER:
+            entry = self.by_cluster.get(ident)
+            return _pick(entry.labels, entry.notes, notes) if entry else "{}"
+        if ltype == c_api.PM_LABEL_ITEM:
+            sm = self._metric_at((ident >> 10) & 0xFFF, ident & 0x3FF)
+            return _pick(sm.labels, sm.notes, notes) if sm else "{}"
+        if ltype == c_api.PM_LABEL_INDOM:
+            si = self._indom_at(ident & 0x3FFFFF)
+            return _pick(si.labels, si.notes, notes) if si else "{}"
+        return "{}"
+
+    def instance_label(self, indom: int, inst: int, notes: int) -> str:
+        si = self._indom_at(indom & 0x3FFFFF)
+        if si is None or inst not in si.instance_labels:
+            return "{}"
+        labels, optional = si.instance_labels[inst]
+        return _pick(labels, optional, notes)
+
+    def _metric_at(self, cluster: int, item: int) -> ServedMetric | None:
+        entry = self.by_cluster.get(cluster)
+        if entry is not None:
+            for sm in entry.metrics:
+                if sm.item == item:
+                    return sm
+        return None
+
+    def _indom_at(self, serial: int) -> Any:
+        cluster = serial >> 11
+        for entry in [self.by_cluster.get(cluster), *self.by_cluster.values()]:
+            if entry is not None:
+                for si in entry.indoms.values():
+                    if si.serial == serial:
+                        return si
+        return None
+
+
+def _pick(labels: str, notes: str, want_notes: int) -> str:
+    return (notes if want_notes else labels) or "{}"
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Parse the reference's options (-D, -d, -l, -U) plus ours; exits 2 on usage errors."""
+    p = argparse.ArgumentParser(
+        prog="pmda-mmv pmda",
+        description="Serve MMV files to pmcd as PCP's mmv agent (pmcd.conf: "
+        "'mmv 70 pipe binary notready .../pmdammv -d 70').",
+    )
+    p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
+    p.add_argument("-d", "--domain", type=int, default=70, help="PMDA domain (default 70)")
+    p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
+    p.add_argument("-U", "--username", help="run as this user (default: the PCP user)")
+    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/<prefix>)")
+    p.add_argument("--prefix", default="mmv", help="name prefix and PMNS root (default mmv)")
+    p.add_argument(
+        "--status-metrics",
+        action="store_true",
+        help="also serve mmv.control.metrics and the per-file mmv.control.file.*",
+    )
+    p.add_argument(
+        "--owners",
+        help="serve only files owned by these users (comma-separated "
+        "names or uids); default: any owner, as the C agent",
+    )
+    p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
+    p.add_argument(
+        "--notready",
+        action="store_true",
+        help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
+    )
+    a = p.parse_args(argv)
+    return Options(
+        domain=a.domain,
+        prefix=a.prefix,
+        logfile=a.log or f"{a.prefix}.log",
+        username=a.username,
+        debug=a.debug,
+        directory=a.dir,
+        status_metrics=a.status_metrics,
+        owners=_owners(p, a.owners),
+        polling=a.polling,
+        notready=a.notready,
+    )
+
+
+def _owners(p: argparse.ArgumentParser, spec: str | None) -> tuple[int, ...] | None:
+    if not spec:
+        return None
+    uids = []
+    for word in spec.split(","):
+        word = word.strip()
+        try:
+            uids.append(int(word) if word.isdigit() else pwd.getpwnam(word).pw_uid)
+        except KeyError:
+            p.error(f"--owners: unknown user {word!r}")
+    return tuple(uids)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``pmda-mmv pmda``: run the agent until pmcd closes the pipe."""
+    opts = parse_args(argv)
+    if opts.debug:
+        os.environ["PCP_PYTHON_DEBUG"] = opts.debug
+    MmvPMDA(opts).serve()
+    return 0

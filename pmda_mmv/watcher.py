@@ -1,0 +1,84 @@
+"""Change events for an MMV directory (watchdog), queued for the agent's thread.
+
+The watcher never touches the catalogue: it only calls :meth:`Scanner.mark_dirty`, and the
+agent applies queued work at its next request.  inotify is used where the kernel offers it,
+watchdog's polling observer otherwise.  The per-request directory check in the scanner stays
+the guarantee; events only make in-place changes visible sooner and cheaper.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from .scanner import ALL
+
+Mark = Callable[[str], None]
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, directory: str, mark: Mark) -> None:
+        self.directory = os.path.realpath(directory)
+        self.mark = mark
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for path in (event.src_path, getattr(event, "dest_path", "")):
+            if not path:
+                continue
+            path = os.fsdecode(path)
+            if os.path.dirname(os.path.realpath(path)) == self.directory:
+                self.mark(os.path.basename(path))
+            else:
+                self.mark(ALL)
+
+
+class Watcher:
+    """Watches ``directory`` (not recursively) and calls ``mark(name)`` for each changed
+    entry, ``mark(ALL)`` when the directory itself changed.  :meth:`ensure` (re)arms it, for
+    example after the directory was removed and created again; it is cheap when armed."""
+
+    def __init__(self, directory: str, mark: Mark, polling: bool = False) -> None:
+        self.directory = directory
+        self.mark = mark
+        self.polling = polling
+        self.observer: BaseObserver | None = None
+        self.mode = "none"
+
+    def ensure(self) -> None:
+        """Start watching if not already (or no longer) watching; never raises."""
+        if self.observer is not None and self.observer.is_alive():
+            if os.path.isdir(self.directory):
+                return
+            self.stop()
+        if not os.path.isdir(self.directory):
+            return
+        for factory, mode in self._factories():
+            try:
+                observer = factory()
+                observer.daemon = True
+                observer.schedule(_Handler(self.directory, self.mark), self.directory)
+                observer.start()
+            except (OSError, RuntimeError):
+                continue
+            self.observer, self.mode = observer, mode
+            self.mark(ALL)
+            return
+
+    def _factories(self) -> list[tuple[Callable[[], BaseObserver], str]]:
+        polling: tuple[Callable[[], BaseObserver], str] = (
+            lambda: PollingObserver(timeout=1.0),
+            "polling",
+        )
+        return [polling] if self.polling else [(Observer, "inotify"), polling]
+
+    def stop(self) -> None:
+        """Stop the observer thread, if any."""
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=2)
+            self.observer, self.mode = None, "none"
