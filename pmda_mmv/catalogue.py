@@ -281,13 +281,26 @@ def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None
 
 def _merge(labels: Iterable[Label]) -> tuple[str, str]:
     """Merge label payloads in file order (later names override) into (labels, notes) JSON
-    object texts, split by the on-disk OPTIONAL flag; "" for an empty set."""
+    object texts, split by the on-disk OPTIONAL flag; "" for an empty set.  Numbers keep the
+    writer's spelling (``-1.5e3`` stays so) and text is not re-escaped."""
     required: dict[str, object] = {}
     optional: dict[str, object] = {}
     for lb in labels:
         target = optional if lb.optional else required
-        target.update(json.loads(lb.payload))
-    return (
-        json.dumps(required, separators=(",", ":")) if required else "",
-        json.dumps(optional, separators=(",", ":")) if optional else "",
-    )
+        target.update(json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
+    return (_dump(required) if required else "", _dump(optional) if optional else "")
+
+
+class _Raw(str):
+    """A JSON number token, kept as written."""
+
+
+def _dump(value: object) -> str:
+    if isinstance(value, _Raw):
+        return str(value)
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k, ensure_ascii=False)}:{_dump(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
