@@ -1,0 +1,145 @@
+"""``pmda-mmv debug``: the agent's view of a directory, without pmcd.
+
+Runs the same :class:`~.scanner.Scanner` and :class:`~.catalogue.Catalogue` as the agent and
+prints every file accepted, refused (with the reason), changed or gone as it happens.  Press
+Enter for the full table of names, descriptors, instances, help, labels and current values
+(what ``pminfo -dfTlt mmv`` would show), ``q`` then Enter to quit; ``--once`` prints the table
+after one scan and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from . import format as fmt
+from .catalogue import Catalogue, FileEntry, ServedMetric
+from .reader import NO_VALUE, UNSUPPORTED, MmvError
+from .scanner import Changes, Scanner
+from .watcher import Watcher
+
+SEMANTICS = {1: "counter", 3: "instant", 4: "discrete"}
+TYPES = {
+    -1: "nosupport",
+    0: "32",
+    1: "u32",
+    2: "64",
+    3: "u64",
+    4: "float",
+    5: "double",
+    6: "string",
+}
+
+
+def units_text(word: int) -> str:
+    """pmUnits as PCP prints them (pmUnitsStr when python3-pcp is there, else the fields)."""
+    try:
+        from pcp.pmapi import pmContext, pmUnits
+
+        text = pmContext.pmUnitsStr(pmUnits.from_buffer_copy(word.to_bytes(4, sys.byteorder)))
+        return str(text) or "none"
+    except ImportError:
+        fields = fmt.units_fields(word)
+        return "none" if not any(fields) else "dims/scales " + " ".join(map(str, fields))
+
+
+def describe(sm: ServedMetric, domain: int) -> str:
+    """One metric as lines: name, PMID, descriptor, help, labels."""
+    indom = f"{domain}.{sm.indom.serial}" if sm.indom else "PM_INDOM_NULL"
+    lines = [
+        f"{sm.name}  PMID {domain}.{sm.cluster}.{sm.item}  [{sm.oneline or 'no one-line help'}]",
+        f"    Data Type: {TYPES.get(sm.type, sm.type)}  InDom: {indom}",
+        f"    Semantics: {SEMANTICS.get(sm.semantics, sm.semantics)}  Units: "
+        f"{units_text(sm.units)}",
+    ]
+    if sm.helptext:
+        lines.append(f"    Help: {sm.helptext}")
+    labels = ",".join(x[1:-1] for x in (sm.labels, sm.notes) if x)
+    if labels:
+        lines.append(f"    labels {{{labels}}}")
+    return "\n".join(lines)
+
+
+def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
+    """Print every served metric with its current values."""
+    for entry in entries:
+        try:
+            snap = entry.mf.snapshot()
+        except MmvError as e:
+            print(f"# {entry.name}: {e}", file=out)
+            continue
+        print(
+            f"# {entry.mf.path}: cluster {entry.cluster}, version {entry.mf.header.version}",
+            file=out,
+        )
+        for sm in entry.metrics:
+            print(describe(sm, domain), file=out)
+            decode = entry.mf.decoder(sm.metric.type)
+            insts = sm.indom.indom.instances if sm.indom else [None]
+            for pos, slot in enumerate(sm.metric.slots):
+                inst = insts[pos]
+                where = f"inst [{inst.internal} or {inst.external!r}] " if inst else ""
+                if slot < 0:
+                    print(f"    {where}no value", file=out)
+                    continue
+                value = decode(snap, slot)
+                shown = {NO_VALUE: "no value (sentinel)", UNSUPPORTED: "not supported"}.get(
+                    value, repr(value)
+                )  # type: ignore[call-overload]
+                print(f"    {where}value {shown}", file=out)
+        print(file=out)
+
+
+def report(changes: Changes, out: TextIO) -> None:
+    stamp = time.strftime("%H:%M:%S")
+    for entry in changes.removed:
+        print(f"{stamp} gone     {entry.mf.path}", file=out)
+    for entry in changes.added:
+        mf = entry.mf
+        print(
+            f"{stamp} served   {mf.path}: v{mf.header.version}, cluster {entry.cluster}, "
+            f"{len(entry.metrics)} metrics, {mf.value_count} values, {mf.status}",
+            file=out,
+        )
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="pmda-mmv debug",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/mmv)")
+    p.add_argument("--once", action="store_true", help="scan once, print the table, exit")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between checks")
+    p.add_argument("-d", "--domain", type=int, default=70, help="domain shown in PMIDs")
+    a = p.parse_args(argv)
+    directory = a.dir or os.path.join(os.environ.get("PCP_TMP_DIR", "/var/lib/pcp/tmp"), "mmv")
+    out = sys.stdout
+
+    def log(line: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} problem  {line}", file=out, flush=True)
+
+    scanner = Scanner(directory, Catalogue(log=log), log=log)
+    report(scanner.refresh(force=True), out)
+    if a.once:
+        table(scanner.served(), a.domain, out)
+        return 0
+    watcher = Watcher(directory, scanner.mark_dirty)
+    print(f"watching {directory}; Enter prints the table, q quits", file=out, flush=True)
+    while True:
+        watcher.ensure()
+        report(scanner.refresh(), out)
+        out.flush()
+        ready, _, _ = select.select([sys.stdin], [], [], a.interval)
+        if ready:
+            line = sys.stdin.readline()
+            if not line or line.strip() == "q":
+                watcher.stop()
+                return 0
+            table(scanner.served(), a.domain, out)
