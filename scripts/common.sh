@@ -1,0 +1,58 @@
+# Shell helpers shared by scripts/setup, scripts/demo, scripts/test, ./Install and
+# ./Remove.  Source it with $ROOT set to the checkout root.
+
+# a clean PATH: the system tools first (a pyenv python3 earlier on PATH lacks python3-pcp)
+PATH=/usr/lib/pcp/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+
+VENV="$ROOT/.venv"
+# where the launcher $PCP_PMDAS_DIR/mmv/pmdammv looks for the venv (see its header)
+VENV_RECORD_DIR=/etc/pcp/pmda-mmv
+
+say() { echo "== $*"; }
+die() { echo "${0##*/}: $*" >&2; exit 1; }
+
+need_root() {
+    [ "$(id -u)" = 0 ] || die "must be run as root (it changes the system PCP setup)"
+}
+
+# load /etc/pcp.conf into the environment (PCP_PMDAS_DIR, PCP_TMP_DIR, ...)
+pcp_env() {
+    [ -f /etc/pcp.env ] || die "PCP is not installed (no /etc/pcp.env): run scripts/setup"
+    unset PCP_ENV_DONE
+    . /etc/pcp.env
+    VENV_RECORD_DIR="$PCP_SYSCONF_DIR/pmda-mmv"
+    # without systemd as init, PCP's scripts must (re)start pmcd through $PCP_RC_DIR
+    if [ ! -d /run/systemd/system ]; then
+	PCP_SYSTEMDUNIT_DIR=/nonexistent-pmda-mmv
+	export PCP_SYSTEMDUNIT_DIR
+    fi
+}
+
+pmcd_running() {
+    pmcd_wait -h local: -t 2 >/dev/null 2>&1
+}
+
+# start the system pmcd through its rc script when it is not running (no systemd here)
+start_pmcd() {
+    pmcd_running && return 0
+    say "starting pmcd"
+    env -i PATH="$PATH" LANG=C.UTF-8 HOME=/root "$PCP_RC_DIR/pmcd" start \
+	|| die "$PCP_RC_DIR/pmcd start failed"
+    pmcd_wait -h local: -t 60 || die "pmcd did not start; see $PCP_LOG_DIR/pmcd/pmcd.log"
+}
+
+# the venv python imports python3-pcp, watchdog, psutil and pmda_mmv
+venv_complete() {
+    [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c \
+	'import pcp.pmda, watchdog, psutil, pmda_mmv' >/dev/null 2>&1
+}
+
+# name the agent process pmdammv (see deploy/pmdas/mmv/pmdammv) and record this venv
+# for the launcher
+record_venv() {
+    [ -x "$VENV/bin/python" ] || die "no venv at $VENV: run scripts/setup"
+    ln -sfn python "$VENV/bin/pmdammv"
+    mkdir -p -m 755 "$VENV_RECORD_DIR"
+    ln -sfn "$VENV" "$VENV_RECORD_DIR/venv"
+}
