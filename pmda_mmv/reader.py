@@ -231,9 +231,11 @@ class MmvFile:
     ((st_dev, st_ino)) and ``mtime_ns``.
     """
 
-    def __init__(self, path: str, fd: int, st: os.stat_result, data: bytes) -> None:
+    def __init__(
+        self, path: str, fd: int, st: os.stat_result, data: bytes, name: str | None = None
+    ) -> None:
         self.path = path
-        self.name = os.path.basename(path)
+        self.name = name or os.path.basename(path)
         self.fd = fd
         self.size = st.st_size
         self.uid = st.st_uid
@@ -251,8 +253,11 @@ class MmvFile:
     # -- construction
 
     @classmethod
-    def open(cls, path: str, *, max_size: int = DEFAULT_MAX_SIZE) -> MmvFile:
-        """Open and validate ``path``.
+    def open(
+        cls, path: str, *, max_size: int = DEFAULT_MAX_SIZE, name: str | None = None
+    ) -> MmvFile:
+        """Open and validate ``path``; ``name`` (default: its base name) names the file in
+        the namespace, for a file reached through a symlink.
 
         Raises :class:`NotReady` (generation 0 or in flux), :class:`Refused` (not a regular
         file, unreadable, too small or large, bad magic, version, TOC or cluster) or
@@ -267,7 +272,7 @@ class MmvFile:
             _check_stat(path, st, max_size)
             read_header(path, _pread_exact(path, fd, fmt.HEADER_SIZE, 0), st.st_size)
             data = _pread_exact(path, fd, st.st_size, 0)
-            return cls(path, fd, st, data)
+            return cls(path, fd, st, data, name)
         except BaseException:
             os.close(fd)
             raise

@@ -45,7 +45,7 @@ class FileState:
 
     name: str
     instance: int
-    state: str = NOT_READY
+    state: str = ""
     problems: list[str] = field(default_factory=list)
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)
@@ -249,7 +249,7 @@ class Scanner:
             return None
         state.key = key
         try:
-            mf = MmvFile.open(target, max_size=self.max_size)
+            mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
             self._set(state, NOT_READY, str(e), changes)
             return None

@@ -1,0 +1,175 @@
+"""Catalogue: many files to one PCP namespace (no pmcd needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pmda_mmv import format as fmt
+from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue
+from pmda_mmv.reader import MmvFile
+from tests.mmvbuild import Label, Metric, MmvBuilder, Value, sample
+
+
+def simple(cluster: int = 1, names: tuple[str, ...] = ("a",), flags: int = 0) -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster, flags=flags)
+    for item, name in enumerate(names, 1):
+        b.metrics.append(Metric(name, item))
+        b.values.append(Value(name, None, item))
+    return b
+
+
+@pytest.fixture
+def logged() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def cat(logged: list[str]) -> Catalogue:
+    return Catalogue(log=logged.append)
+
+
+def load(tmp_path: Path, name: str, b: MmvBuilder) -> MmvFile:
+    b.write(tmp_path / name)
+    return MmvFile.open(str(tmp_path / name))
+
+
+def names(cat: Catalogue) -> set[str]:
+    return {m.name for e in cat.files.values() for m in e.metrics}
+
+
+def test_names_prefix_and_noprefix(tmp_path: Path, cat: Catalogue) -> None:
+    cat.add(load(tmp_path, "app", simple(names=("x.y",))))
+    cat.add(load(tmp_path, "np", simple(cluster=2, names=("top",), flags=fmt.FLAG_NOPREFIX)))
+    assert names(cat) == {"mmv.app.x.y", "mmv.top"}
+
+
+def test_duplicate_name_first_served_wins(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    cat.add(load(tmp_path, "foo", simple(names=("x",))))
+    entry = cat.add(
+        load(tmp_path, "np", simple(cluster=2, names=("foo.x", "ok"), flags=fmt.FLAG_NOPREFIX))
+    )
+    assert entry is not None
+    assert [m.name for m in entry.metrics] == ["mmv.ok"]
+    assert any("mmv.foo.x is already served" in line and "np" in line for line in logged)
+
+
+def test_leaf_nonleaf_conflicts_refused_both_ways(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    entry = cat.add(load(tmp_path, "f", simple(names=("a", "a.b", "c.d", "c"))))
+    assert entry is not None
+    assert [m.name for m in entry.metrics] == ["mmv.f.a", "mmv.f.c.d"]
+    assert len(entry.problems) == 2
+    assert any("mmv.f.a is already a leaf" in p for p in entry.problems)
+    assert any("mmv.f.c is a non-leaf" in p for p in entry.problems)
+
+
+def test_control_subtree_is_reserved(tmp_path: Path, cat: Catalogue) -> None:
+    b = simple(names=("control.reload", "control", "control.x.y", "fine"), flags=fmt.FLAG_NOPREFIX)
+    entry = cat.add(load(tmp_path, "np", b))
+    assert entry is not None
+    assert [m.name for m in entry.metrics] == ["mmv.fine"]
+    assert all("reserved" in p for p in entry.problems)
+
+
+def test_file_name_not_a_name_component_is_refused(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    assert cat.add(load(tmp_path, "my-app", simple())) is None
+    assert "my-app" in logged[0] and "not a valid metric name component" in logged[0]
+    assert not cat.files
+
+
+def test_removed_names_can_be_served_again(tmp_path: Path, cat: Catalogue) -> None:
+    cat.add(load(tmp_path, "foo", simple(names=("x",))))
+    cat.remove("foo")
+    entry = cat.add(
+        load(tmp_path, "np", simple(cluster=2, names=("foo.x",), flags=fmt.FLAG_NOPREFIX))
+    )
+    assert entry is not None and [m.name for m in entry.metrics] == ["mmv.foo.x"]
+
+
+def test_explicit_clusters_honoured_and_never_shared(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    a = cat.add(load(tmp_path, "aaa", simple(cluster=5)))
+    b = cat.add(load(tmp_path, "bbb", simple(cluster=5)))
+    assert a is not None and b is not None
+    assert a.cluster == 5 and b.cluster not in (0, 5)
+    assert any("cluster 5 already served" in line for line in logged)
+
+
+def test_cluster_zero_gets_lowest_free_not_requested(tmp_path: Path, cat: Catalogue) -> None:
+    # The C agent gives 'ccc' cluster 2, aliasing 'aaa' (pmdammv-reference.md 5.2).
+    aaa = cat.add(load(tmp_path, "aaa", simple(cluster=2)), {1})
+    ccc = cat.add(load(tmp_path, "ccc", simple(cluster=0)), {1, 2})
+    bbb = cat.add(load(tmp_path, "bbb", simple(cluster=1)), {2})
+    assert aaa is not None and bbb is not None and ccc is not None
+    assert (aaa.cluster, bbb.cluster, ccc.cluster) == (2, 1, 3)
+
+
+def test_reloaded_file_keeps_its_cluster(tmp_path: Path, cat: Catalogue) -> None:
+    first = cat.add(load(tmp_path, "auto", simple(cluster=0)))
+    cat.add(load(tmp_path, "other", simple(cluster=0)))
+    assert first is not None
+    cluster = first.cluster
+    again = cat.add(load(tmp_path, "auto", simple(cluster=0, names=("a", "b"))))
+    assert again is not None and again.cluster == cluster
+
+
+def test_indom_serials_pack_like_the_reference_and_never_alias(
+    tmp_path: Path, cat: Catalogue
+) -> None:
+    low = cat.add(load(tmp_path, "low", sample()))  # cluster 12, serial 3
+    high = sample()
+    high.cluster = 3000
+    big = cat.add(load(tmp_path, "big", high))
+    assert low is not None and big is not None
+    assert low.indoms[3].serial == (12 << 11) | 3
+    assert big.indoms[3].serial in range(1, 2048)
+    assert big.indoms[3].serial != low.indoms[3].serial
+
+
+def test_descriptors_elapsed_and_semantics_zero(tmp_path: Path, cat: Catalogue) -> None:
+    b = MmvBuilder(cluster=3)
+    b.metrics += [
+        Metric("el", 1, fmt.TYPE_ELAPSED, fmt.SEM_INSTANT, fmt.units_word(dim_count=1)),
+        Metric("zero", 2, fmt.TYPE_U64, 0, fmt.units_word(dim_space=1)),
+    ]
+    b.values += [Value("el", None, 5), Value("zero", None, 6)]
+    entry = cat.add(load(tmp_path, "d", b))
+    assert entry is not None
+    el, zero = entry.metrics
+    assert (el.type, el.semantics, el.units) == (PM_TYPE_64, PM_SEM_COUNTER, fmt.UNITS_ELAPSED)
+    assert (zero.type, zero.semantics, zero.units) == (
+        fmt.TYPE_U64,
+        PM_SEM_COUNTER,
+        fmt.units_word(dim_space=1),
+    )
+
+
+def test_labels_every_level_optional_and_override(tmp_path: Path, cat: Catalogue) -> None:
+    b = sample(version=3)
+    b.cluster = 0  # writers store the requested cluster (0) as the identity (C loses these)
+    b.labels = [
+        Label(fmt.LABEL_CLUSTER, 0, '{"app":"one","n":-1.5e3}'),
+        Label(fmt.LABEL_CLUSTER, 0, '{"app":"two"}'),
+        Label(fmt.LABEL_CLUSTER | fmt.LABEL_OPTIONAL, 0, '{"note":"x"}'),
+        Label(fmt.LABEL_ITEM, 1, '{"item":1}'),
+        Label(fmt.LABEL_INDOM, 3, '{"dom":"d"}'),
+        Label(fmt.LABEL_INSTANCES, 3, '{"inst":"é"}', internal=7),
+    ]
+    entry = cat.add(load(tmp_path, "lab", b))
+    assert entry is not None
+    assert entry.labels == '{"app":"two","n":-1.5e3}'
+    assert json.loads(entry.notes) == {"note": "x"}
+    first = next(m for m in entry.metrics if m.item == 1)
+    assert json.loads(first.labels) == {"item": 1}
+    indom = entry.indoms[3]
+    assert json.loads(indom.labels) == {"dom": "d"}
+    assert indom.instance_labels == {7: ('{"inst":"é"}', "")}
