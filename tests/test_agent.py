@@ -1,0 +1,239 @@
+"""The agent under a real (private) pmcd, queried with pminfo, pmprobe, pmstore and dbpmda,
+on files written by libpcp_mmv (python3-pcp ``pcp.mmv``, ctypes) and pcp-testsuite's captures."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pmda_mmv import format as fmt
+from tests.mmvbuild import Metric, MmvBuilder, Value, sample, write_capi, write_pcp_mmv
+from tests.pmcd import PrivatePmcd, our_agent
+
+Start = Callable[..., PrivatePmcd]
+CAPTURES = Path("/var/lib/pcp/testsuite/mmv")
+
+
+def publish(b: MmvBuilder, path: Path) -> None:
+    """Write a builder file the way libpcp_mmv publishes: a new inode under the name."""
+    tmp = path.with_name("." + path.name)
+    b.write(tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def single(cluster: int, value: int, name: str = "v") -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster)
+    b.metrics.append(Metric(name, 1, fmt.TYPE_U64, fmt.SEM_INSTANT, 0, None, "one", "long one"))
+    b.values.append(Value(name, None, value))
+    return b
+
+
+def names(pmcd: PrivatePmcd, root: str = "mmv") -> set[str]:
+    out = pmcd.run("pminfo", root)
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_pcp_mmv_values_follow_the_writer(start_mmv: Start, private_mmv_dir: Path) -> None:
+    written = write_pcp_mmv(private_mmv_dir / "py")
+    pmcd = start_mmv()
+    assert pmcd.fetch("mmv.py.py.counter") == {None: "41"}
+    assert pmcd.fetch("mmv.py.py.gauge") == {"red": "0", "green": "-1", "blue": "-2"}
+    assert pmcd.fetch("mmv.py.py.name") == {None: '"from pcp.mmv"'}
+    written.handle.lookup_set("py.counter", "", 99)
+    written.handle.lookup_set("py.gauge", "blue", 7)
+    assert pmcd.fetch("mmv.py.py.counter") == {None: "99"}
+    assert pmcd.fetch("mmv.py.py.gauge")["blue"] == "7"
+
+
+def test_descriptors_help_and_indom_help(start_mmv: Start, private_mmv_dir: Path) -> None:
+    write_pcp_mmv(private_mmv_dir / "py")
+    pmcd = start_mmv()
+    out = pmcd.run("pminfo", "-dtT", "mmv.py.py.counter", "mmv.py.py.gauge").stdout
+    assert "mmv.py.py.counter [a counter]" in out
+    assert "Data Type: 64-bit unsigned int  InDom: PM_INDOM_NULL" in out
+    assert "Semantics: counter  Units: count" in out
+    assert "Help:\ncounts" in out
+    indom = re.search(r"InDom: (70\.\d+)", out.split("mmv.py.py.gauge")[1])
+    assert indom is not None
+    text = pmcd.run("pminfo", "-T", "-I", indom.group(1)).stdout  # not served by the C agent
+    assert "the colours" in text
+
+
+def test_elapsed_is_a_microsecond_counter(start_mmv: Start, private_mmv_dir: Path) -> None:
+    write_pcp_mmv(private_mmv_dir / "py")
+    pmcd = start_mmv()
+    out = pmcd.run("pminfo", "-d", "mmv.py.py.timer").stdout
+    assert "64-bit int" in out and "Semantics: counter  Units: microsec" in out
+
+
+def test_capi_labels_and_help(start_mmv: Start, private_mmv_dir: Path) -> None:
+    write_capi(private_mmv_dir / "capi", cluster=0)
+    pmcd = start_mmv()
+    out = pmcd.run("pminfo", "-tTl", "mmv.capi").stdout
+    labels = [
+        json.loads(line.split("labels ", 1)[1]) for line in out.splitlines() if "labels " in line
+    ]
+    assert labels and all(lb["agent"] == "mmv" for lb in labels)
+    # Registry (cluster) labels of a cluster-0 writer: lost by the C agent, served here.
+    assert any(k.startswith("reg") or k == "app" for lb in labels for k in lb), out
+
+
+def test_captured_files_are_served(start_mmv: Start, private_mmv_dir: Path) -> None:
+    for name in ("pytest", "KeyboardReader"):
+        (private_mmv_dir / name).write_bytes(
+            lzma.decompress((CAPTURES / f"{name}.xz").read_bytes())
+        )
+        os.chmod(private_mmv_dir / name, 0o644)
+    pmcd = start_mmv()
+    served = names(pmcd)
+    assert any(n.startswith("mmv.pytest.") for n in served)
+    assert any(n.startswith("mmv.KeyboardReader.") for n in served)
+    out = pmcd.run("pmprobe", "-v", "mmv.pytest")
+    assert out.returncode == 0 and " -" not in out.stdout.replace("-1", "")
+
+
+def test_new_file_visible_in_the_next_request(start_mmv: Start, private_mmv_dir: Path) -> None:
+    pmcd = start_mmv()
+    assert pmcd.fetch("mmv.control.files") == {None: "0"}
+    publish(single(5, 123), private_mmv_dir / "fresh")
+    assert pmcd.fetch("mmv.fresh.v") == {None: "123"}
+    assert pmcd.fetch("mmv.control.files") == {None: "1"}
+
+
+def test_removed_file_disappears(start_mmv: Start, private_mmv_dir: Path) -> None:
+    publish(single(5, 1), private_mmv_dir / "gone")
+    pmcd = start_mmv()
+    assert "mmv.gone.v" in names(pmcd)
+    (private_mmv_dir / "gone").unlink()
+    assert "mmv.gone.v" not in names(pmcd)
+    assert (
+        "Unknown metric name"
+        in pmcd.run("pminfo", "-f", "mmv.gone.v").stderr
+        + pmcd.run("pminfo", "-f", "mmv.gone.v").stdout
+    )
+
+
+def test_rewritten_file_new_generation_new_values(start_mmv: Start, private_mmv_dir: Path) -> None:
+    publish(single(5, 1), private_mmv_dir / "app")
+    pmcd = start_mmv()
+    pmid_before = pmcd.run("pminfo", "-m", "mmv.app.v").stdout
+    b = single(5, 2)
+    b.generation += 1
+    publish(b, private_mmv_dir / "app")
+    assert pmcd.fetch("mmv.app.v") == {None: "2"}
+    assert pmcd.run("pminfo", "-m", "mmv.app.v").stdout == pmid_before
+
+
+def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: Path) -> None:
+    publish(single(7, 111), private_mmv_dir / "aaa")
+    publish(single(7, 222), private_mmv_dir / "bbb")
+    pmcd = start_mmv()
+    assert pmcd.fetch("mmv.aaa.v") == {None: "111"}
+    assert pmcd.fetch("mmv.bbb.v") == {None: "222"}
+    pmids = pmcd.run("pminfo", "-m", "mmv.aaa.v", "mmv.bbb.v").stdout
+    found = re.findall(r"PMID: (\S+)", pmids)
+    assert len(found) == 2 and found[0] == "70.7.1" and found[1] != found[0]
+    assert "cluster 7 already served" in pmcd.agent_log()
+
+
+def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_dir: Path) -> None:
+    publish(sample(version=2), private_mmv_dir / "s")
+    pmcd = start_mmv()
+    out = pmcd.run("pmprobe", "-I", "mmv.s.m.tdouble").stdout
+    assert '"zero" "one" "seven"' in out
+    expected = {
+        "t32": "-42",
+        "tu32": "4000000000",
+        "t64": str(-(1 << 40)),
+        "tu64": str((1 << 63) + 5),
+        "tfloat": "1.5",
+        "tdouble": "2.25",
+        "tstring": '"text"',
+        "telapsed": "1500000",
+    }
+    for tname, text in expected.items():
+        assert pmcd.fetch(f"mmv.s.s.{tname}") == {None: text}
+        assert pmcd.fetch(f"mmv.s.m.{tname}") == dict.fromkeys(("zero", "one", "seven"), text)
+    vals = pmcd.run("pmval", "-s", "1", "-i", "seven", "mmv.s.m.tu32").stdout
+    assert "seven" in vals and "4000000000" in vals and "zero" not in vals
+
+
+def test_store_reload_and_permission(start_mmv: Start, private_mmv_dir: Path) -> None:
+    publish(single(5, 1), private_mmv_dir / "app")
+    pmcd = start_mmv()
+    ok = pmcd.run("pmstore", "mmv.control.reload", "1")
+    assert ok.returncode == 0 and "new value=1" in ok.stdout
+    denied = pmcd.run("pmstore", "mmv.app.v", "5")
+    assert denied.returncode != 0 and "No permission" in denied.stdout + denied.stderr
+    assert pmcd.fetch("mmv.control.reload") == {None: "0"}  # the rescan ran
+
+
+def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Path) -> None:
+    publish(single(5, 1), private_mmv_dir / "good")
+    (private_mmv_dir / "bad").write_bytes(b"MMV\0\x09\0\0\0" + bytes(64))
+    os.chmod(private_mmv_dir / "bad", 0o644)
+    pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))
+    state = pmcd.fetch("mmv.control.file.state")
+    assert state == {"good": '"ok"', "bad": '"refused"'}
+    problem = pmcd.fetch("mmv.control.file.last_problem")["bad"]
+    assert "header.version at offset 4" in problem and "/bad" in problem
+    assert pmcd.fetch("mmv.control.metrics") == {None: "1"}
+    assert pmcd.fetch("mmv.control.files") == {None: "1"}
+
+
+def test_strict_drop_in_has_exactly_three_control_metrics(start_mmv: Start) -> None:
+    pmcd = start_mmv()
+    assert names(pmcd) == {"mmv.control.reload", "mmv.control.debug", "mmv.control.files"}
+
+
+def test_dbpmda_session(private_mmv_dir: Path, tmp_path: Path) -> None:
+    write_pcp_mmv(private_mmv_dir / "py")
+    pmns = tmp_path / "pmns"
+    pmns.write_text("root {\n    mmv\t70:*:*\n}\n")
+    agent = our_agent(private_mmv_dir, "-U", "root", notready=False)
+    script = "\n".join(
+        [
+            "open pipe " + " ".join(agent.argv).replace("-l mmv.log", f"-l {tmp_path}/log"),
+            "desc mmv.py.py.gauge",
+            "fetch mmv.py.py.counter",
+            "text mmv.py.py.counter",
+            'store mmv.control.reload "1"',
+            "children mmv.py.py",
+            "desc mmv.no.such.metric",
+            "",
+        ]
+    )
+    dbpmda = shutil.which("dbpmda")
+    assert dbpmda, "dbpmda (package pcp) is missing"
+    import subprocess
+
+    run = subprocess.run(
+        [dbpmda, "-ei", "-n", str(pmns)], input=script, capture_output=True, text=True, timeout=60
+    )
+    out = run.stdout + run.stderr
+    assert "Data Type: 32-bit int" in out
+    assert re.search(r"70\.42\.1 .*numval: 1", out)
+    assert "[a counter]" in out and "counts" in out
+    assert "70.0.0: 0 -> 1" in out
+    assert "leaf counter" in out and "leaf gauge" in out
+    assert "Unknown metric name" in out
+
+
+@pytest.fixture
+def start(private_pmcd: Start) -> Start:
+    return private_pmcd
+
+
+@pytest.fixture
+def start_mmv(private_pmcd: Start, private_mmv_dir: Path) -> Callable[[], PrivatePmcd]:
+    """Start a private pmcd with pmda-mmv (strict drop-in options) on private_mmv_dir."""
+    return lambda: private_pmcd(our_agent(private_mmv_dir))
