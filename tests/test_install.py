@@ -1,0 +1,246 @@
+"""Install/Remove end to end under the *system* pmcd (marker system_pmcd: they rewrite
+pmcd.conf, the PMNS and $PCP_PMDAS_DIR/mmv, so they run only when selected or in CI), and
+the launcher's interpreter check (no pmcd needed).
+
+Each system test starts from the stock C agent and leaves it back; a module fixture
+restores the saved pmcd.conf, PMNS and $PCP_PMDAS_DIR/mmv if a test could not."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests import mmvbuild
+from tests.pmcd import CHECKOUT, LAUNCHER, pcp_config, require_pcp
+
+PMDAS = Path(pcp_config("PCP_PMDAS_DIR", "/var/lib/pcp/pmdas"))
+MMVDIR = PMDAS / "mmv"
+PMCDCONF = Path(pcp_config("PCP_PMCDCONF_PATH", "/etc/pcp/pmcd/pmcd.conf"))
+PMNS = Path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp")) / "pmns" / "root"
+SYSTEM_MMV = Path(pcp_config("PCP_TMP_DIR", "/var/lib/pcp/tmp")) / "mmv"
+VENV = CHECKOUT / ".venv"
+FILE = f"pmdammvinstall{os.getpid()}"  # metric names mmv.<FILE>.py.*
+
+
+def sh(*argv: str | Path, cwd: Path = CHECKOUT, stdin: str = "", **env: str) -> str:
+    """Run a script as the tests' user with stdin, PMDA_MMV_OPTIONS unset unless given;
+    return stdout+stderr, failing the test on a non-zero exit."""
+    environ = {k: v for k, v in os.environ.items() if k != "PMDA_MMV_OPTIONS"}
+    done = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environ, **env},
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{output}"
+    return output
+
+
+def mmv_line() -> list[str]:
+    """The mmv line of the system pmcd.conf, split into words ([] if none)."""
+    for line in PMCDCONF.read_text().splitlines():
+        if line.split()[:1] == ["mmv"]:
+            return line.split()
+    return []
+
+
+def pmda_dir() -> dict[str, str]:
+    """$PCP_PMDAS_DIR/mmv: name -> symlink target, or the file's content."""
+    return {
+        p.name: os.readlink(p) if p.is_symlink() else p.read_text(errors="replace")
+        for p in MMVDIR.iterdir()
+        if p.is_file() or p.is_symlink()
+    }
+
+
+def system_fetch(metric: str) -> dict[str | None, str]:
+    """``pminfo -f`` through the system pmcd, as PrivatePmcd.fetch."""
+    out = subprocess.run(["pminfo", "-f", metric], capture_output=True, text=True)
+    values = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r'^\s+(?:inst \[-?\d+ or "(.*)"\] )?value (.*)$', line)
+        if m:
+            values[m.group(1)] = m.group(2)
+    return values
+
+
+def our_agents() -> list[psutil.Process]:
+    """Running pmda-mmv agents named pmdammv (as pmdaproc.sh finds them)."""
+    found = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if p.info["name"] == "pmdammv" and "pmda_mmv" in (p.info["cmdline"] or []):
+            found.append(p)
+    return found
+
+
+def skeleton(output: str) -> list[str]:
+    """pmdaproc.sh's messages with the numbers replaced by N."""
+    return [re.sub(r"\d+", "N", line) for line in output.splitlines() if line.strip()]
+
+
+@dataclass
+class Stock:
+    """The system's stock mmv setup, saved before the tests."""
+
+    line: list[str]
+    files: dict[str, str]
+    written: mmvbuild.Written
+    saved: Path
+
+
+@pytest.fixture(scope="module")
+def stock() -> Iterator[Stock]:
+    require_pcp()
+    was_installed = (MMVDIR / ".pmda-mmv-stock").exists()
+    if was_installed:
+        sh(CHECKOUT / "Remove")
+    saved = Path(tempfile.mkdtemp(prefix="pmda-mmv-install-"))
+    shutil.copy2(PMCDCONF, saved / "pmcd.conf")
+    shutil.copy2(PMNS, saved / "root")
+    shutil.copytree(MMVDIR, saved / "mmv", symlinks=True)
+    written = mmvbuild.write_pcp_mmv(SYSTEM_MMV / FILE, cluster=3000 + os.getpid() % 1000)
+    state = Stock(mmv_line(), pmda_dir(), written, saved)
+    assert state.line, "the system pmcd.conf has no stock mmv line to replace"
+    yield state
+    written.handle.stop()
+    (SYSTEM_MMV / FILE).unlink(missing_ok=True)
+    if (MMVDIR / ".pmda-mmv-stock").exists():
+        subprocess.run([CHECKOUT / "Remove"], capture_output=True, timeout=300)
+    if mmv_line() != state.line or pmda_dir() != state.files:
+        shutil.copy2(saved / "pmcd.conf", PMCDCONF)
+        shutil.copy2(saved / "root", PMNS)
+        shutil.rmtree(MMVDIR)
+        shutil.copytree(saved / "mmv", MMVDIR, symlinks=True)
+        subprocess.run(["/etc/init.d/pmcd", "restart"], capture_output=True, timeout=120)
+    shutil.rmtree(saved)
+    if was_installed:
+        subprocess.run([CHECKOUT / "Install"], capture_output=True, timeout=300)
+
+
+def assert_written_values_served(written: mmvbuild.Written) -> None:
+    for (name, inst), value in written.values.items():
+        got = system_fetch(f"mmv.{FILE}.{name}")
+        assert inst in got, (name, got)
+        if isinstance(value, float):
+            assert float(got[inst]) == value
+        else:
+            assert got[inst] == (f'"{value}"' if isinstance(value, str) else str(value))
+
+
+@pytest.mark.system_pmcd
+def test_install_serves_real_files_from_our_agent_and_remove_restores_stock(
+    stock: Stock,
+) -> None:
+    sh(CHECKOUT / "Install")
+    assert mmv_line() == [
+        *["mmv", "70", "pipe", "binary", "notready", str(MMVDIR / "pmdammv")],
+        *["-d", "70", "--notready", "--status-metrics"],
+    ]
+    assert Path("/etc/pcp/pmda-mmv/venv").resolve() == VENV.resolve()
+    assert_written_values_served(stock.written)
+    probe = subprocess.run(["pmprobe", "-v", f"mmv.{FILE}.py.counter"], capture_output=True)
+    assert probe.stdout.decode().split()[1:] == [
+        "1",
+        str(stock.written.values[("py.counter", None)]),
+    ]
+    assert system_fetch("mmv.control.metrics"), "--status-metrics is on for ./Install"
+    # the process pmcd runs is ours, named pmdammv, from this checkout's venv, as user pcp
+    (agent,) = our_agents()
+    assert agent.cmdline()[0] == str(VENV / "bin" / "pmdammv")
+    assert agent.username() == pcp_config("PCP_USER", "pcp")
+
+    sh(CHECKOUT / "Install")  # idempotent: still one agent, still serving
+    assert len(our_agents()) == 1
+    assert_written_values_served(stock.written)
+
+    sh(CHECKOUT / "Remove")
+    assert mmv_line() == stock.line
+    assert pmda_dir() == stock.files
+    assert our_agents() == []
+    assert_written_values_served(stock.written)  # now from the stock C agent
+    assert "not installed" in sh(CHECKOUT / "Remove")
+
+
+@pytest.mark.system_pmcd
+def test_dropin_dir_behaves_as_pcp_qa_expects(stock: Stock) -> None:
+    sh(CHECKOUT / "Install")
+    # QA runs the PMDA directory's own scripts, answering "dso", without our options
+    ours = sh("./Install", cwd=MMVDIR, stdin="dso\n")
+    assert mmv_line()[-3:] == ["-d", "70", "--notready"]
+    assert system_fetch("mmv.control.metrics") == {}, "strict drop-in: no status metrics"
+    assert_written_values_served(stock.written)
+    removed = sh("./Remove", cwd=MMVDIR)
+    assert "Check mmv metrics have gone away ... OK" in removed
+    assert mmv_line() == []
+    assert our_agents() == [], "Remove culls the agent by its name, pmdammv"
+
+    sh(CHECKOUT / "Remove")
+    assert mmv_line() == stock.line
+    stock_install = sh("./Install", cwd=MMVDIR)  # the C agent's, over the same files
+    # the same pmdaproc.sh messages as the C agent's Install ...
+    assert skeleton(ours) == skeleton(stock_install)
+    # ... and the same "N metrics and M values" (which PCP QA compares) when our file is
+    # alone: other writers' files may share its cluster, where the C agent has defects
+    if [p.name for p in SYSTEM_MMV.iterdir()] == [FILE]:
+        counts = [line for line in ours.splitlines() if line.startswith("Check mmv")]
+        assert counts == [ln for ln in stock_install.splitlines() if ln.startswith("Check mmv")]
+
+
+# -- the launcher's interpreter check (no pmcd) -----------------------------------------------
+
+
+def check_python(venv: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LAUNCHER, "--check-python"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PMDA_MMV_VENV": str(venv)},
+        timeout=60,
+    )
+
+
+def test_launcher_accepts_the_project_venv() -> None:
+    done = check_python(Path(sys.prefix))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(Path(sys.prefix) / "bin" / "python")
+
+
+@pytest.mark.parametrize("system_site", [True, False])
+def test_launcher_names_what_is_missing(tmp_path: Path, system_site: bool) -> None:
+    venv = tmp_path / "venv"
+    argv = ["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)]
+    subprocess.run(argv + (["--system-site-packages"] if system_site else []), check=True)
+    done = check_python(venv)
+    assert done.returncode == 1
+    assert (
+        "pmda_mmv.pmda:" in done.stderr and "watchdog:" in done.stderr and "psutil:" in done.stderr
+    )
+    # python3-pcp comes only through the system site-packages
+    assert ("pcp.pmda:" in done.stderr) is not system_site
+
+
+def test_launcher_without_a_recorded_venv_says_what_to_do(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PMDA_MMV_VENV"}
+    done = subprocess.run(
+        [LAUNCHER, "-d", "70"],
+        capture_output=True,
+        text=True,
+        env={**env, "PCP_SYSCONF_DIR": str(tmp_path)},
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "run scripts/setup" in done.stderr
