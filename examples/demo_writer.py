@@ -8,7 +8,8 @@ singular ``queue``, ``uptime`` and ``status`` (a string), all with one-line and 
 write labels (the library then writes MMV v3): ``temperature`` and ``readings`` per room,
 with registry, indom, metric and instance labels.
 
-Both files carry MMV_FLAG_PROCESS, so their metrics go away when this writer exits.
+Both files carry MMV_FLAG_PROCESS, so their metrics go away when this writer exits; it
+also removes them when it ends (SIGTERM, ^C or ``--count`` updates done).
 Run with a Python that has python3-pcp (the project venv or /usr/bin/python3)::
 
     python examples/demo_writer.py [--interval 1] [--count 0] [--tmp-dir DIR]
@@ -24,7 +25,10 @@ import ctypes.util
 import math
 import os
 import random
+import signal
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 ENDPOINTS = ["/", "/api", "/login"]
@@ -156,24 +160,32 @@ def main() -> None:
     args = parse_args()
     if args.tmp_dir:
         os.environ["PCP_TMP_DIR"] = args.tmp_dir  # before libpcp reads its configuration
+    from pcp.pmapi import pmContext
+
+    mmv_dir = Path(pmContext.pmGetConfig("PCP_TMP_DIR")) / "mmv"
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     writer, h = pcp_mmv_file()
-    rooms = Registry()
-    start = time.monotonic()
-    tick = 0
-    while args.count == 0 or tick < args.count:
-        served = 0
-        for e in ENDPOINTS:
-            n = random.randint(0, 20)
-            served += n
-            writer.add(h[f"requests[{e}]"], n)
-            writer.set(h[f"latency[{e}]"], round(random.uniform(0.5, 40.0), 3))
-        queue = random.randint(0, 10)
-        writer.set(h["queue"], queue)
-        writer.set(h["uptime"], int(time.monotonic() - start))
-        writer.set_string(h["status"], "idle" if not served else "busy" if queue > 5 else "ok")
-        rooms.update(tick)
-        tick += 1
-        time.sleep(args.interval)
+    try:
+        rooms = Registry()
+        start = time.monotonic()
+        tick = 0
+        while args.count == 0 or tick < args.count:
+            served = 0
+            for e in ENDPOINTS:
+                n = random.randint(0, 20)
+                served += n
+                writer.add(h[f"requests[{e}]"], n)
+                writer.set(h[f"latency[{e}]"], round(random.uniform(0.5, 40.0), 3))
+            queue = random.randint(0, 10)
+            writer.set(h["queue"], queue)
+            writer.set(h["uptime"], int(time.monotonic() - start))
+            writer.set_string(h["status"], "idle" if not served else "busy" if queue > 5 else "ok")
+            rooms.update(tick)
+            tick += 1
+            time.sleep(args.interval)
+    finally:  # also on SIGTERM or ^C: take the files away with the writer
+        for name in ("demo", "demo_rooms"):
+            (mmv_dir / name).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
