@@ -1,0 +1,1 @@
+"""Fuzzing of the MMV reader (see fuzz/README.md)."""

@@ -1,0 +1,144 @@
+"""The fuzz oracle: what must hold for *any* bytes handed to the reader and catalogue.
+
+Shared by the atheris target (``fuzz/fuzz_reader.py``) and the bounded hypothesis run in CI
+(``tests/test_hardening.py``).  :func:`check_bytes` writes the bytes to a file and runs
+:func:`check_file`, which raises :class:`Finding` (or lets any other exception escape) when
+the reader or the catalogue misbehaves.  Only :class:`~pmda_mmv.reader.MmvError` subclasses
+may come out of the reader; everything the agent would hand to python3-pcp must be
+something pmcd accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Final
+
+from pmda_mmv import format as fmt
+from pmda_mmv.catalogue import Catalogue, FileEntry
+from pmda_mmv.reader import NO_VALUE, UNSUPPORTED, Changed, MmvError, MmvFile, name_problem
+
+PCP_INT_RANGE: Final = {
+    fmt.TYPE_I32: (-(1 << 31), (1 << 31) - 1),
+    fmt.TYPE_U32: (0, (1 << 32) - 1),
+    fmt.TYPE_I64: (-(1 << 63), (1 << 63) - 1),
+    fmt.TYPE_U64: (0, (1 << 64) - 1),
+    fmt.TYPE_ELAPSED: (-(1 << 63), (1 << 63) - 1),  # served as PM_TYPE_64
+}
+"""Range of each integer type as python3-pcp converts it (PyArg_Parse i, I, L, K)."""
+
+
+class Finding(AssertionError):
+    """The reader or catalogue broke a rule of the oracle."""
+
+
+def check_bytes(data: bytes, path: str) -> str:
+    """Write ``data`` to ``path`` and check it (see :func:`check_file`)."""
+    with open(path, "wb") as f:
+        f.write(data)
+    return check_file(path, truncate_to=len(data) // 2)
+
+
+def check_file(path: str, truncate_to: int | None = None) -> str:
+    """Open, read and catalogue ``path``; then, with ``truncate_to``, truncate it in place
+    and read again.  Returns the outcome (an MmvError kind, ``ok`` or ``partial``)."""
+    try:
+        mf = MmvFile.open(path)
+    except MmvError as e:
+        _check_error(e, os.path.getsize(path))
+        return e.kind
+    with mf:
+        for problem in mf.problems:
+            _check_error(problem, mf.size)
+        _check_values(mf)
+        _check_catalogue(mf)
+        if truncate_to is not None:
+            os.truncate(path, truncate_to)
+            try:
+                _check_values(mf)
+                mf.check_generation()
+            except Changed as e:
+                str(e)
+        return mf.status
+
+
+def _check_error(e: MmvError, size: int) -> None:
+    if not e.field or not e.message:
+        raise Finding(f"error without field or message: {e!r}")
+    if not (e.offset == -1 or 0 <= e.offset < max(size, fmt.HEADER_SIZE)):
+        raise Finding(f"offset {e.offset} outside a file of {size} bytes: {e}")
+    str(e)
+    json.dumps(e.as_dict())
+
+
+def _check_values(mf: MmvFile) -> None:
+    try:
+        snap = mf.snapshot()
+    except Changed:
+        return
+    for metric, _inst, value in mf.values(snap):
+        if value is NO_VALUE or value is UNSUPPORTED:
+            continue
+        bounds = PCP_INT_RANGE.get(metric.type)
+        if bounds is not None:
+            if not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+                raise Finding(f"{metric.name}: {value!r} is not a PCP type {metric.type} value")
+        elif metric.type in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
+            if not isinstance(value, float):
+                raise Finding(f"{metric.name}: {value!r} is not a float")
+        elif metric.type == fmt.TYPE_STRING:
+            if not isinstance(value, str) or "\0" in value:
+                raise Finding(f"{metric.name}: {value!r} is not a C string")
+        else:
+            raise Finding(f"{metric.name}: type {metric.type} produced {value!r}")
+
+
+def _check_catalogue(mf: MmvFile) -> None:
+    lines: list[str] = []
+    cat = Catalogue(log=lines.append)
+    entry = cat.add(mf, set())
+    if entry is None:
+        if not lines:
+            raise Finding("file not served and nothing logged")
+        return
+    _check_entry(entry)
+    if cat.remove(mf.name) is not entry or cat.leaves or cat.interior or cat.indom_pool:
+        raise Finding("catalogue not empty after the only file was removed")
+
+
+def _check_entry(entry: FileEntry) -> None:
+    if not 1 <= entry.cluster <= fmt.MAX_CLUSTER:
+        raise Finding(f"cluster {entry.cluster}")
+    for si in entry.indoms.values():
+        if not 0 < si.serial < 1 << 22:
+            raise Finding(f"PCP indom serial {si.serial}")
+        for pair in si.instance_labels.values():
+            _check_labels(*pair)
+        _check_labels(si.labels, si.notes)
+    names = set()
+    for sm in entry.metrics:
+        if name_problem(sm.name) or sm.name in names or not 0 <= sm.item <= fmt.MAX_ITEM:
+            raise Finding(f"served metric {sm.name!r} item {sm.item}")
+        names.add(sm.name)
+        _check_labels(sm.labels, sm.notes)
+        for text in (sm.oneline, sm.helptext):
+            if "\0" in text:
+                raise Finding(f"{sm.name}: help text with NUL")
+    _check_labels(entry.labels, entry.notes)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_labels(*texts: str) -> None:
+    """Served label sets must be strict JSON objects (pmcd's parser rejects NaN etc.)."""
+    for text in texts:
+        if not text:
+            continue
+        try:
+            obj = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as e:
+            raise Finding(f"served label set {text!r} is not strict JSON: {e}") from None
+        if not isinstance(obj, dict):
+            raise Finding(f"served label set {text!r} is not an object")
