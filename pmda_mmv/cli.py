@@ -40,16 +40,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(args[:1])
     rest = args[1:]
     if ns.command == "pmda":
-        from . import pmda
+        from .pmda import main as run_pmda
 
-        return pmda.main(rest)
+        return run_pmda(rest)
     if ns.command == "debug":
-        from . import debug
+        from .debug import main as run_debug
 
-        return debug.main(rest)
-    from . import inspect
+        return run_debug(rest)
+    from .inspect import main as run_inspect
 
-    return inspect.main(ns.command, rest)
+    return run_inspect(ns.command, rest)
 
 
 if __name__ == "__main__":

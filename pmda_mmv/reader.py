@@ -225,7 +225,8 @@ class MmvFile:
     """One validated MMV file, open for reading values.
 
     Build with :meth:`open`; release with :meth:`close` (or use as a context manager).
-    Attributes: ``path``, ``name`` (base name), ``header``, ``toc``, ``indoms``
+    Attributes: ``path``, ``name`` (base name), ``header``, ``toc``, ``sections`` (the TOC
+    entries whose sections were accepted), ``indoms``
     (serial -> :class:`Indom`), ``metrics`` (accepted, in file order), ``labels``,
     ``problems`` (skipped sections and entries), ``size``, ``uid``, ``inode``
     ((st_dev, st_ino)) and ``mtime_ns``.
@@ -236,12 +237,13 @@ class MmvFile:
     ) -> None:
         self.path = path
         self.name = name or os.path.basename(path)
-        self.fd = fd
+        self.fd = -1  # owned only once the file validated (open() closes it otherwise)
         self.size = st.st_size
         self.uid = st.st_uid
         self.inode = (st.st_dev, st.st_ino)
         self.mtime_ns = st.st_mtime_ns
         self.toc: list[Toc] = []
+        self.sections: list[Toc] = []
         self.indoms: dict[int, Indom] = {}
         self.metrics: list[Metric] = []
         self.labels: list[Label] = []
@@ -249,6 +251,7 @@ class MmvFile:
         self.base = 0
         self.span = 0
         self.header = _Parser(self, data).parse()
+        self.fd = fd
 
     # -- construction
 
@@ -279,9 +282,9 @@ class MmvFile:
 
     def close(self) -> None:
         """Release the descriptor; later reads raise :class:`Changed`."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> MmvFile:
         return self
@@ -308,7 +311,12 @@ class MmvFile:
         self.problems.append(Corrupt(self.path, field, offset, message, limit))
 
     def check_generation(self) -> None:
-        """Re-read size and generation pair; raise :class:`Changed` if either moved."""
+        """Re-check size, link count and generation pair; raise :class:`Changed` if the file
+        was truncated or grown, unlinked (a writer restarted under the same name) or given a
+        new generation since it was loaded."""
+        self._live_header()
+
+    def _live_header(self) -> bytes:
         if self.fd < 0:
             raise Changed(self.path, "file", -1, "closed")
         try:
@@ -317,8 +325,10 @@ class MmvFile:
             raise Changed(self.path, "file", -1, f"fstat failed: {e.strerror}") from None
         if st.st_size != self.size:
             raise Changed(self.path, "file", -1, f"size changed from {self.size} to {st.st_size}")
-        raw = _pread_exact(self.path, self.fd, fmt.GENERATION.size, fmt.GENERATION_OFFSET)
-        g1, g2 = fmt.GENERATION.unpack(raw)
+        if st.st_nlink == 0:
+            raise Changed(self.path, "file", -1, "unlinked (replaced or removed)")
+        head = _pread_exact(self.path, self.fd, fmt.HEADER_SIZE, 0)
+        g1, g2 = fmt.GENERATION.unpack_from(head, fmt.GENERATION_OFFSET)
         if g1 != self.header.g1 or g2 != self.header.g2:
             raise Changed(
                 self.path,
@@ -326,25 +336,16 @@ class MmvFile:
                 fmt.GENERATION_OFFSET,
                 f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
             )
+        return head
 
     # -- values
 
     def snapshot(self) -> Snapshot:
-        """Copy the live values span after re-checking size and generation.
+        """Copy the live values span after re-checking size, link count and generation.
 
-        Raises :class:`Changed` when the file was truncated, replaced in place or given a
-        new generation since it was loaded."""
-        if self.fd < 0:
-            raise Changed(self.path, "file", -1, "closed")
-        head = _pread_exact(self.path, self.fd, fmt.HEADER_SIZE, 0)
-        _, _, g1, g2, _, flags, _, _ = fmt.HEADER.unpack(head)
-        if g1 != self.header.g1 or g2 != self.header.g2:
-            raise Changed(
-                self.path,
-                "header.generation",
-                fmt.GENERATION_OFFSET,
-                f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
-            )
+        Raises :class:`Changed` when the file was truncated, unlinked, replaced in place or
+        given a new generation since it was loaded."""
+        flags = fmt.HEADER.unpack(self._live_header())[5]
         data = _pread_exact(self.path, self.fd, self.span, self.base) if self.span else b""
         return Snapshot(data, bool(flags & fmt.FLAG_SENTINEL), time.time() * 1e6)
 
@@ -536,6 +537,7 @@ class _Parser:
         self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
         self.metric_at: dict[int, Metric] = {}
         self.skipped_metrics: set[int] = set()
+        self.rejected_metrics: list[Toc] = []  # METRICS sections already reported
         self.names: dict[
             int, set[str]
         ] = {}  # indom entry offset -> external names seen  # entry offsets already reported
@@ -549,6 +551,9 @@ class _Parser:
         for toc in self.mf.toc:
             if self.accept_section(toc):
                 by_type.setdefault(toc.type, []).append(toc)
+                self.mf.sections.append(toc)
+            elif toc.type == fmt.TOC_METRICS:
+                self.rejected_metrics.append(toc)
         for toc in by_type.get(fmt.TOC_INDOMS, []):
             self.indoms(toc)
         for toc in by_type.get(fmt.TOC_METRICS, []):
@@ -811,11 +816,15 @@ class _Parser:
         for i in range(toc.count):
             self.value(toc.offset + i * fmt.VALUE_SIZE, f"values[{i}]")
 
+    def in_rejected(self, offset: int) -> bool:
+        size = fmt.ENTRY_SIZE[(fmt.TOC_METRICS, fmt.layout(self.version))]
+        return any(t.offset <= offset < t.offset + t.count * size for t in self.rejected_metrics)
+
     def value(self, at: int, where: str) -> None:
         _, extra, moff, ioff = fmt.VALUE.unpack_from(self.data, at)
         metric = self.metric_at.get(moff)
-        if metric is None and moff in self.skipped_metrics:
-            return  # the metric entry itself was reported
+        if metric is None and (moff in self.skipped_metrics or self.in_rejected(moff)):
+            return  # the metric entry or its section was reported
         if metric is None:
             self.mf.problem(
                 f"{where}.metric", at + 16, f"offset {moff} is not an accepted metric entry"

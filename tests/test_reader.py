@@ -927,12 +927,6 @@ def test_truncated_to_nothing_is_changed(load: Loader, tmp_path: Path) -> None:
         mf.snapshot()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reader bug: snapshot() re-checks the generation but not the size, so a file cut "
-    "right after its values section still reads and string values silently become "
-    "UNSUPPORTED instead of raising Changed",
-)
 def test_truncated_after_values_is_changed(load: Loader, tmp_path: Path) -> None:
     mf, _ = load(sample())
     os.truncate(tmp_path / "f", mf.base + mf.span)
@@ -1026,12 +1020,6 @@ def test_pcp_mmv_restart_writes_a_new_generation(pcp_mmv_file: mb.Written) -> No
         assert fresh == {0, ""}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reader bug: libpcp_mmv restarts by unlinking and recreating the file; the open "
-    "descriptor keeps the old inode, and snapshot() does not notice st_nlink == 0, so it "
-    "serves the stale generation instead of raising Changed",
-)
 def test_pcp_mmv_restart_makes_the_loaded_file_changed(pcp_mmv_file: mb.Written) -> None:
     with MmvFile.open(str(pcp_mmv_file.path)) as mf:
         pcp_mmv_file.handle.restart()
