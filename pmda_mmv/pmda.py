@@ -269,8 +269,10 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def refresh_metrics(self, force: bool = False) -> None:
         """Start of every request: bring the served tables up to date."""
-        self.watcher.ensure()
+        rescans = self.scanner.rescans
         self.apply(self.scanner.refresh(force))
+        if self.scanner.rescans != rescans or self.watcher.observer is None:
+            self.watcher.ensure()  # (re)arm after the directory appeared or changed
 
     def apply(self, changes: Changes) -> None:
         for entry in changes.removed:

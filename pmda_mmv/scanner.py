@@ -105,6 +105,7 @@ class Scanner:
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.reload_requested = False
+        self.rescans = 0
         self._dir_key: tuple[int, ...] | None = None
         self._dir_error: str | None = None
         self._last_check = float("-inf")
@@ -177,6 +178,7 @@ class Scanner:
     # -- listing
 
     def _rescan(self) -> Changes:
+        self.rescans += 1
         self._directory_changed()
         try:
             names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))

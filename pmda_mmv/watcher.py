@@ -25,8 +25,14 @@ class _Handler(FileSystemEventHandler):
     def __init__(self, directory: str, mark: Mark) -> None:
         self.directory = os.path.realpath(directory)
         self.mark = mark
+        self.lost = False  # the watched directory itself was deleted or moved away
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if os.fsdecode(event.src_path) == self.directory and event.event_type in (
+            "deleted",
+            "moved",
+        ):
+            self.lost = True
         for path in (event.src_path, getattr(event, "dest_path", "")):
             if not path:
                 continue
@@ -48,24 +54,33 @@ class Watcher:
         self.polling = polling
         self.observer: BaseObserver | None = None
         self.mode = "none"
+        self.inode: tuple[int, int] | None = None
+        self.handler: _Handler | None = None
 
     def ensure(self) -> None:
-        """Start watching if not already (or no longer) watching; never raises."""
-        if self.observer is not None and self.observer.is_alive():
-            if os.path.isdir(self.directory):
-                return
+        """Start watching if not already (or no longer) watching the directory that is there
+        now (it may have been removed and created again); never raises."""
+        try:
+            st = os.stat(self.directory)
+        except OSError:
             self.stop()
-        if not os.path.isdir(self.directory):
             return
+        inode = (st.st_dev, st.st_ino)
+        armed = self.observer is not None and self.observer.is_alive()
+        if armed and inode == self.inode and self.handler and not self.handler.lost:
+            return
+        self.stop()
         for factory, mode in self._factories():
             try:
                 observer = factory()
                 observer.daemon = True
-                observer.schedule(_Handler(self.directory, self.mark), self.directory)
+                handler = _Handler(self.directory, self.mark)
+                observer.schedule(handler, self.directory)
                 observer.start()
             except (OSError, RuntimeError):
                 continue
-            self.observer, self.mode = observer, mode
+            self.observer, self.mode, self.inode = observer, mode, inode
+            self.handler = handler
             self.mark(ALL)
             return
 
@@ -79,6 +94,9 @@ class Watcher:
     def stop(self) -> None:
         """Stop the observer thread, if any."""
         if self.observer is not None:
-            self.observer.stop()
-            self.observer.join(timeout=2)
-            self.observer, self.mode = None, "none"
+            try:
+                self.observer.stop()
+                self.observer.join(timeout=2)
+            except (OSError, RuntimeError):
+                pass
+            self.observer, self.mode, self.inode = None, "none", None

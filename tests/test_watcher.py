@@ -1,0 +1,69 @@
+"""Watcher: watchdog events become queued marks, inotify or polling, across re-creation."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pmda_mmv.scanner import ALL
+from pmda_mmv.watcher import Watcher
+
+
+class Marks:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.event = threading.Condition()
+
+    def __call__(self, name: str) -> None:
+        with self.event:
+            self.names.add(name)
+            self.event.notify_all()
+
+    def wait_for(self, name: str, timeout: float = 10) -> bool:
+        with self.event:
+            return self.event.wait_for(lambda: name in self.names, timeout)
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["inotify", "polling"])
+def test_file_events_are_marked_by_name(tmp_path: Path, polling: bool) -> None:
+    marks = Marks()
+    watcher = Watcher(str(tmp_path), marks, polling=polling)
+    watcher.ensure()
+    try:
+        assert watcher.mode == ("polling" if polling else "inotify")
+        assert ALL in marks.names  # arming queues a full look at the directory
+        (tmp_path / "app").write_bytes(b"x")
+        assert marks.wait_for("app")
+    finally:
+        watcher.stop()
+    assert watcher.observer is None
+
+
+def test_missing_directory_then_created_then_recreated(tmp_path: Path) -> None:
+    mmv = tmp_path / "mmv"
+    marks = Marks()
+    watcher = Watcher(str(mmv), marks)
+    watcher.ensure()
+    assert watcher.observer is None  # nothing to watch yet, and no exception
+    mmv.mkdir()
+    watcher.ensure()
+    try:
+        assert watcher.inode is not None
+        armed = watcher.observer
+        shutil.rmtree(mmv)
+        assert watcher.handler is not None
+        deadline = time.monotonic() + 10
+        while not watcher.handler.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mmv.mkdir()
+        watcher.ensure()
+        assert watcher.observer is not None and watcher.observer is not armed
+        time.sleep(0.1)
+        (mmv / "again").write_bytes(b"x")
+        assert marks.wait_for("again")
+    finally:
+        watcher.stop()
