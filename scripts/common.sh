@@ -36,6 +36,12 @@ pmcd_running() {
 # start the system pmcd through its rc script when it is not running (no systemd here)
 start_pmcd() {
     pmcd_running && return 0
+    # the rc script's start first stops pmcd, and without a pid file it signals every
+    # process named pmcd: refuse when others (private pmcds of tests) are running
+    if pgrep -x pmcd >/dev/null; then
+	die "the system pmcd is not answering but other pmcd processes run ($(pgrep -x pmcd |
+	    tr '\n' ' ')); stop them, or start the system pmcd yourself ($PCP_RC_DIR/pmcd start)"
+    fi
     say "starting pmcd"
     env -i PATH="$PATH" LANG=C.UTF-8 HOME=/root "$PCP_RC_DIR/pmcd" start \
 	|| die "$PCP_RC_DIR/pmcd start failed"

@@ -119,7 +119,9 @@ class AgentSpec:
     The wrapper exports ``env`` and execs ``argv`` (pmcd.conf has no quoting and no per-agent
     environment).  ``notready``: pmcd waits for the agent's ready report (the agent must be
     told so too, e.g. pmda-mmv's ``--notready``).  ``pmns_root``: the dynamic PMNS root the
-    agent serves (``None``: the agent's name; ``""``: none)."""
+    agent serves (``None``: the agent's name; ``""``: none).  ``argv0``: run ``argv[0]``
+    through a symlink of this name (pmdaproc.sh's Install/Remove stop every process named
+    ``pmdammv``, private ones included)."""
 
     name: str
     domain: int
@@ -127,6 +129,7 @@ class AgentSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     notready: bool = False
     pmns_root: str | None = None
+    argv0: str | None = None
 
     @property
     def root(self) -> str:
@@ -151,13 +154,15 @@ def launcher_agent(mmv_dir: Path, *extra: str) -> AgentSpec:
 def c_agent(tmp_dir: Path, *extra: str) -> AgentSpec:
     """PCP's C pmdammv as a pipe agent serving ``tmp_dir/mmv`` (``PCP_TMP_DIR=tmp_dir``).
 
-    The binary is the packaged one in ``$PCP_PMDASADM_DIR/mmv``: once pmda-mmv is installed,
-    ``$PCP_PMDAS_DIR/mmv/pmdammv`` is our launcher."""
+    The binary is the packaged one in ``$PCP_PMDASADM_DIR/mmv`` (once pmda-mmv is installed,
+    ``$PCP_PMDAS_DIR/mmv/pmdammv`` is our launcher), run as ``pmdammv-reference`` so that
+    an Install or Remove elsewhere on the machine does not stop it."""
     binary = Path(pcp_config("PCP_PMDASADM_DIR", "/usr/lib/pcp/pmdas")) / "mmv" / "pmdammv"
     if not os.access(binary, os.X_OK):
         pytest.fail(f"the C reference agent {binary} is missing (Debian package pcp)")
     argv = (str(binary), "-d", str(MMV_DOMAIN), *extra)
-    return AgentSpec("mmv", MMV_DOMAIN, argv, {"PCP_TMP_DIR": str(tmp_dir)})
+    env = {"PCP_TMP_DIR": str(tmp_dir)}
+    return AgentSpec("mmv", MMV_DOMAIN, argv, env, argv0="pmdammv-reference")
 
 
 class PmcdError(RuntimeError):
@@ -336,7 +341,13 @@ class PrivatePmcd:
         for agent in self.agents:
             wrapper = self.workdir / "agents" / f"{agent.name}.sh"
             exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in agent.env.items())
-            wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.join(agent.argv)} "$@"\n')
+            argv = list(agent.argv)
+            if agent.argv0:
+                link = self.workdir / "agents" / agent.argv0
+                link.unlink(missing_ok=True)
+                link.symlink_to(argv[0])
+                argv[0] = str(link)
+            wrapper.write_text(f'#!/bin/sh\n{exports}exec {shlex.join(argv)} "$@"\n')
             wrapper.chmod(0o755)
             ipc = "binary notready" if agent.notready else "binary"
             lines.append(f"{agent.name}\t{agent.domain}\tpipe\t{ipc}\t{wrapper}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,7 +126,9 @@ def stock() -> Iterator[Stock]:
         shutil.copy2(saved / "root", PMNS)
         shutil.rmtree(MMVDIR)
         shutil.copytree(saved / "mmv", MMVDIR, symlinks=True)
-        subprocess.run(["/etc/init.d/pmcd", "restart"], capture_output=True, timeout=120)
+        # SIGHUP the system pmcd only: its rc script's restart signals every pmcd
+        pid = Path(pcp_config("PCP_RUN_DIR", "/run/pcp"), "pmcd.pid").read_text().strip()
+        os.kill(int(pid), signal.SIGHUP)
     shutil.rmtree(saved)
     if was_installed:
         subprocess.run([CHECKOUT / "Install"], capture_output=True, timeout=300)

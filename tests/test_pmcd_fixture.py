@@ -119,3 +119,13 @@ def test_an_agent_that_cannot_start_is_reported(private_dir: Path, pcp_required:
         pmcd.start()
     assert pmcd.proc is None  # start() stopped the pmcd it had started
     assert os.path.exists(pmcd.log_dir / "pmcd.log")
+
+
+@pytest.mark.parametrize(("agent", "name"), [("c", "pmdammv-reference"), ("launcher", "pmdammv")])
+def test_process_names(
+    private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path, agent: str, name: str
+) -> None:
+    """pmdaproc.sh stops processes named pmdammv: the launcher's agent must be one (Remove
+    stops it), the private C reference must not (an Install elsewhere would stop it)."""
+    pmcd = private_pmcd(AGENTS[agent](private_mmv_dir))
+    assert [psutil.Process(pid).name() for pid in pmcd.agent_processes()] == [name]
