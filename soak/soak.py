@@ -1,0 +1,237 @@
+"""Soak test of pmda-mmv under a private pmcd: 100 writers churn files while a client fetches.
+
+    soak/run [--minutes 10] [--procs 5] [--slots 20] [--permanent 2] [--keep]
+
+Steps: start a private pmcd (tests/pmcd.py) with pmda-mmv serving its own MMV directory;
+start ``--procs`` writer processes (soak/writer.py, python3-pcp ``pcp.mmv`` on libpcp_mmv)
+of ``--slots`` writers each, ``--permanent`` of which keep one file for the whole run; fetch
+until the permanent files are served and sample the agent (open descriptors, mappings in
+/proc/PID/maps, RSS); let the writers churn for ``--minutes`` while a client loop runs
+``pmprobe -v mmv`` back to back; stop the churn (its files are deleted), fetch again and
+sample the agent a second time.
+
+Passes (exit 0) when the agent is the same process, no fetch failed or missed a value of a
+permanent file, the permanent counters kept moving, and descriptors, mappings and RSS are
+back near their start (limits below).  Prints and writes a JSON summary to
+soak/results/soak-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(CHECKOUT))
+
+from tests.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
+
+FD_SLACK = 2  # descriptors: the directory watch may be re-armed
+MAPS_SLACK = 8  # mappings: late imports, the allocator's arenas
+RSS_SLACK = 16 << 20  # bytes: allocator fragmentation, interned names, stable-id tables
+
+
+@dataclass
+class Sample:
+    fds: int
+    maps: int
+    rss: int
+
+    @classmethod
+    def of(cls, pid: int) -> Sample:
+        proc = psutil.Process(pid)
+        with open(f"/proc/{pid}/maps") as f:
+            maps = sum(1 for _ in f)
+        return cls(proc.num_fds(), maps, proc.memory_info().rss)
+
+
+@dataclass
+class Client:
+    """``pmprobe -v mmv`` in a loop; counts per outcome, failures of permanent files."""
+
+    pmcd: PrivatePmcd
+    permanent: list[str]
+    fetches: int = 0
+    values: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    last: dict[str, int] = field(default_factory=dict)
+    moved: set[str] = field(default_factory=set)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def fetch_once(self) -> None:
+        out = self.pmcd.run("pmprobe", "-v", "mmv", timeout=120)
+        self.fetches += 1
+        seen: dict[str, str] = {}
+        for line in out.stdout.splitlines():
+            name, _, rest = line.partition(" ")
+            seen[name] = rest
+            count = rest.split(" ", 1)[0]
+            self.values["ok" if count.lstrip("-").isdigit() and int(count) > 0 else "error"] += 1
+        if out.returncode != 0:
+            self.failures.append(f"pmprobe exit {out.returncode}: {out.stderr.strip()}")
+        for stem in self.permanent:
+            for metric, want in (("counter", 1), ("gauge", 3), ("ratio", 1), ("label", 1)):
+                got = seen.get(f"mmv.{stem}.{metric}", "missing")
+                if not got.startswith(f"{want} "):
+                    self.failures.append(f"fetch {self.fetches}: mmv.{stem}.{metric}: {got}")
+            counter = seen.get(f"mmv.{stem}.counter", "").split(" ")
+            if len(counter) == 2 and counter[1].isdigit():
+                value = int(counter[1])
+                if stem in self.last and value != self.last[stem]:
+                    self.moved.add(stem)
+                self.last[stem] = value
+
+    def loop(self) -> None:
+        while not self.done.is_set():
+            self.fetch_once()
+
+
+def agent_pid(pmcd: PrivatePmcd) -> int:
+    pids = [p for p in pmcd.agent_processes() if "pmda_mmv" in psutil.Process(p).cmdline()]
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def start_writers(a: argparse.Namespace, mmv_dir: Path) -> list[subprocess.Popen[str]]:
+    writers = []
+    for proc in range(a.procs):
+        argv = [sys.executable, str(CHECKOUT / "soak" / "writer.py"), "--dir", str(mmv_dir)]
+        argv += ["--proc", str(proc), "--slots", str(a.slots)]
+        argv += ["--permanent", str(a.permanent), "--seconds", str(a.minutes * 60)]
+        writers.append(
+            subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        )
+    for w in writers:
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+    return writers
+
+
+def tell(writers: list[subprocess.Popen[str]], word: str) -> None:
+    for w in writers:
+        assert w.stdin is not None
+        w.stdin.write(word + "\n")
+        w.stdin.flush()
+
+
+def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
+    mmv_dir = make_dir(work / "tmp" / "mmv")
+    pmcd = PrivatePmcd(work / "pmcd", [our_agent(mmv_dir, "--status-metrics")])
+    pmcd.start()
+    writers: list[subprocess.Popen[str]] = []
+    try:
+        pid = agent_pid(pmcd)
+        writers = start_writers(a, mmv_dir)
+        permanent = [f"perm_{p}_{k}" for p in range(a.procs) for k in range(a.permanent)]
+        client = Client(pmcd, permanent)
+        for _ in range(20):  # warm-up: every permanent file served, caches filled
+            client.fetch_once()
+        client.failures.clear()
+        start = Sample.of(pid)
+        thread = threading.Thread(target=client.loop, daemon=True)
+        began = time.monotonic()
+        tell(writers, "go")
+        thread.start()
+        churn = []
+        for w in writers:
+            assert w.stdout is not None
+            while (line := w.stdout.readline().strip()) != "quiet":
+                assert line, "a writer died"
+            churn.append(json.loads(w.stdout.readline()))
+        client.done.set()
+        thread.join(300)
+        churned = time.monotonic() - began
+        for _ in range(20):  # the agent drops the deleted files at these requests
+            client.fetch_once()
+        end = Sample.of(pid)
+        log = pmcd.agent_log()
+        summary: dict[str, object] = {
+            "minutes": a.minutes,
+            "writers": a.procs * a.slots,
+            "writer_processes": a.procs,
+            "permanent_files": len(permanent),
+            "churn_seconds": round(churned, 1),
+            "files_created": sum(c["created"] for c in churn),
+            "files_deleted": sum(c["deleted"] for c in churn),
+            "new_names": sum(c["renamed"] for c in churn),
+            "writer_updates": sum(c["updates"] for c in churn),
+            "fetches": client.fetches,
+            "values": dict(client.values),
+            "permanent_failures": len(client.failures),
+            "first_failures": client.failures[:10],
+            "permanent_moved": f"{len(client.moved)}/{len(permanent)}",
+            "agent_same_pid": agent_pid(pmcd) == pid,
+            "start": asdict(start),
+            "end": asdict(end),
+            "served_files_end": pmcd.fetch("mmv.control.files")[None],
+            "agent_log_lines": len(log.splitlines()),
+            "agent_log_errors": Counter(
+                ln.split(" Error: ", 1)[1].split(":")[-1].strip()[:60]
+                for ln in log.splitlines()
+                if " Error: " in ln
+            ).most_common(8),
+        }
+        summary["pass"] = verdict(summary, start, end, len(permanent), len(client.moved))
+        return summary
+    finally:
+        for w in writers:
+            if w.stdin:
+                w.stdin.close()
+        for w in writers:
+            try:
+                w.wait(30)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        pmcd.stop()
+
+
+def verdict(s: dict[str, object], start: Sample, end: Sample, perm: int, moved: int) -> bool:
+    checks = {
+        "same agent process": s["agent_same_pid"] is True,
+        "no failed fetch of a permanent file": s["permanent_failures"] == 0,
+        "permanent counters moved": moved == perm,
+        f"descriptors back (start {start.fds}, end {end.fds})": end.fds <= start.fds + FD_SLACK,
+        f"mappings back (start {start.maps}, end {end.maps})": end.maps <= start.maps + MAPS_SLACK,
+        f"RSS back (start {start.rss >> 10} KiB, end {end.rss >> 10} KiB)": end.rss
+        <= start.rss + RSS_SLACK,
+        "only permanent files served at the end": s["served_files_end"] == str(perm),
+    }
+    for what, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {what}")
+    return all(checks.values())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--procs", type=int, default=5, help="writer processes")
+    p.add_argument("--slots", type=int, default=20, help="writers per process")
+    p.add_argument("--permanent", type=int, default=2, help="permanent files per process")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    a = p.parse_args()
+    work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-soak-", dir="/tmp")))
+    summary = run(a, work)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    results = make_dir(CHECKOUT / "soak" / "results")
+    (results / f"soak-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(text + "\n")
+    if a.keep or not summary["pass"]:
+        print(f"work directory kept: {work}")
+    else:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if summary["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
