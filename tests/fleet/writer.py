@@ -1,0 +1,169 @@
+"""An MMV v3 file with labels at every level, written by libpcp_mmv's registry API (ctypes).
+
+:func:`write_fleet` asks libpcp_mmv for one indom with three instances, a counter over it,
+a singular gauge and a singular string, and one label at each mmv(5) label level (cluster,
+item, indom, instance; one of them optional).  It returns a :class:`FleetFile` that says
+what was asked for, so that tests compare what arrives at the far end (pmlogger archive,
+Redis, pmseries) with the writer's input instead of with a copy of an expected output.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pmda_mmv import format as fmt
+from tests.mmvbuild import COUNT, L_NUMBER, L_STRING, MSEC, _libpcp_mmv, _Units
+
+CLUSTER = 321
+SERIAL = 7
+L_BOOLEAN = 3  # MMV_BOOLEAN_TYPE (mmv_stats.h); L_STRING, L_NUMBER come from mmvbuild
+
+
+@dataclass(frozen=True)
+class FleetMetric:
+    """One metric as given to ``mmv_stats_add_metric``; ``values``: external instance name
+    (None for a singular metric) -> value."""
+
+    name: str
+    item: int
+    type: int
+    semantics: int
+    units: int
+    indom: int | None
+    shorthelp: str
+    values: dict[str | None, Any]
+
+
+@dataclass
+class FleetFile:
+    """What :func:`write_fleet` wrote: file ``path`` (MMV name ``path.name``), ``cluster``,
+    ``instances`` [(internal, external)] of indom ``serial``, ``metrics`` by MMV name, and
+    the labels by level, each a dict as the payload JSON decodes; ``instance_labels`` maps
+    external instance name -> labels, ``optional`` names the labels written with
+    MMV_LABEL_OPTIONAL.  ``handle`` keeps libpcp_mmv's mapping alive."""
+
+    path: Path
+    cluster: int
+    serial: int
+    instances: list[tuple[int, str]]
+    metrics: dict[str, FleetMetric]
+    cluster_labels: dict[str, Any]
+    item_labels: dict[str, dict[str, Any]]
+    indom_labels: dict[str, Any]
+    instance_labels: dict[str, dict[str, Any]]
+    optional: set[str] = field(default_factory=set)
+    handle: Any = None
+
+    def pcp_name(self, metric: str, prefix: str = "mmv") -> str:
+        """The PCP name the mmv agent serves ``metric`` under: ``<prefix>.<file>.<metric>``."""
+        return f"{prefix}.{self.path.name}.{metric}"
+
+
+def write_fleet(path: Path) -> FleetFile:
+    """Write ``path`` with libpcp_mmv (``mmv_stats_registry`` ... ``mmv_stats_start``) and
+    set its values; raises RuntimeError when the library refuses a step, OSError when
+    libpcp_mmv cannot be loaded."""
+    lib = _libpcp_mmv()
+    keep: list[bytes] = []
+
+    def b(s: str | None) -> bytes | None:
+        if s is None:
+            return None
+        keep.append(s.encode())
+        return keep[-1]
+
+    instances = [(1, "alpha"), (2, "beta"), (3, "gamma")]
+    metrics = {
+        m.name: m
+        for m in (
+            FleetMetric(
+                "requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, SERIAL,
+                "Requests served per backend", {"alpha": 100, "beta": 250, "gamma": 4000},
+            ),
+            FleetMetric(
+                "latency", 2, fmt.TYPE_DOUBLE, fmt.SEM_INSTANT, MSEC, None,
+                "Mean request latency", {None: 2.5},
+            ),
+            FleetMetric(
+                "version", 3, fmt.TYPE_STRING, fmt.SEM_DISCRETE, 0, None,
+                "Service version", {None: "1.2.3"},
+            ),
+        )
+    }  # fmt: skip
+    ff = FleetFile(
+        path=path,
+        cluster=CLUSTER,
+        serial=SERIAL,
+        instances=instances,
+        metrics=metrics,
+        cluster_labels={"service": "fleet"},
+        item_labels={"requests": {"kind": "rpc"}, "latency": {"tier": "gold"}},
+        indom_labels={"pool": "east"},
+        instance_labels={"beta": {"role": "leader"}, "gamma": {"canary": True}},
+        optional={"canary"},
+    )
+    reg = lib.mmv_stats_registry(b(str(path)), CLUSTER, 0)
+    if not reg:
+        raise RuntimeError(f"mmv_stats_registry {path} failed")
+    lib.mmv_stats_add_indom(reg, SERIAL, b("backends"), b("One instance per backend"))
+    for internal, external in instances:
+        lib.mmv_stats_add_instance(reg, SERIAL, internal, b(external))  # -1 on success in 6.0.3
+    for m in metrics.values():
+        indom = -1 if m.indom is None else m.indom
+        rc = lib.mmv_stats_add_metric(
+            reg, b(m.name), m.item, m.type, m.semantics, _Units(m.units), indom,
+            b(m.shorthelp), b(m.shorthelp + ".")
+        )  # fmt: skip
+        if rc < 0:
+            raise RuntimeError(f"mmv_stats_add_metric {m.name} failed")
+    _add_labels(lib, reg, ff, b)
+    addr = lib.mmv_stats_start(reg)
+    if not addr:
+        raise RuntimeError(f"mmv_stats_start {path} failed (errno {ctypes.get_errno()})")
+    for m in metrics.values():
+        for inst, value in m.values.items():
+            desc = lib.mmv_lookup_value_desc(addr, b(m.name), b(inst))
+            if isinstance(value, str):
+                lib.mmv_set_string(addr, desc, b(value), len(value))
+            else:
+                lib.mmv_set_value(addr, desc, float(value))
+    ff.handle = (lib, reg, addr, keep)
+    return ff
+
+
+def _label_args(labels: dict[str, Any], b: Any) -> list[tuple[bytes, bytes, int]]:
+    """(name, JSON value, MMV_*_TYPE) for each label: libpcp_mmv takes the value as JSON."""
+    out = []
+    for name, value in labels.items():
+        kind = {str: L_STRING, bool: L_BOOLEAN}.get(type(value), L_NUMBER)
+        out.append((b(name), b(json.dumps(value)), kind))
+    return out
+
+
+def _add_labels(lib: Any, reg: int, ff: FleetFile, b: Any) -> None:
+    def ok(rc: int, what: str) -> None:
+        if rc < 0:
+            raise RuntimeError(f"mmv_stats_add_{what}_label failed ({rc})")
+
+    def opt(name: bytes) -> int:
+        return int(name.decode() in ff.optional)
+
+    for name, value, kind in _label_args(ff.cluster_labels, b):
+        ok(lib.mmv_stats_add_registry_label(reg, name, value, kind, opt(name)), "registry")
+    for metric, labels in ff.item_labels.items():
+        item = ff.metrics[metric].item
+        for name, value, kind in _label_args(labels, b):
+            ok(lib.mmv_stats_add_metric_label(reg, item, name, value, kind, opt(name)), "metric")
+    for name, value, kind in _label_args(ff.indom_labels, b):
+        ok(lib.mmv_stats_add_indom_label(reg, ff.serial, name, value, kind, opt(name)), "indom")
+    internal = {ext: i for i, ext in ff.instances}
+    for inst, labels in ff.instance_labels.items():
+        for name, value, kind in _label_args(labels, b):
+            rc = lib.mmv_stats_add_instance_label(
+                reg, ff.serial, internal[inst], name, value, kind, opt(name)
+            )
+            ok(rc, "instance")
