@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from typing import Final
 
 from pmda_mmv import format as fmt
@@ -26,6 +28,9 @@ PCP_INT_RANGE: Final = {
     fmt.TYPE_ELAPSED: (-(1 << 63), (1 << 63) - 1),  # served as PM_TYPE_64
 }
 """Range of each integer type as python3-pcp converts it (PyArg_Parse i, I, L, K)."""
+
+
+_SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 class Finding(AssertionError):
@@ -94,6 +99,9 @@ def _check_values(mf: MmvFile) -> None:
 
 
 def _check_catalogue(mf: MmvFile) -> None:
+    """Serve the file alone, then twice (under two names) beside a valid companion file:
+    clusters, PMIDs, names and PCP indom serials must never be shared, and removing every
+    file must leave the catalogue empty."""
     lines: list[str] = []
     cat = Catalogue(log=lines.append)
     entry = cat.add(mf, set())
@@ -102,8 +110,46 @@ def _check_catalogue(mf: MmvFile) -> None:
             raise Finding("file not served and nothing logged")
         return
     _check_entry(entry)
-    if cat.remove(mf.name) is not entry or cat.leaves or cat.interior or cat.indom_pool:
-        raise Finding("catalogue not empty after the only file was removed")
+    cat.remove(mf.name)
+    _check_empty(cat)
+    with MmvFile.open(mf.path, name="twin") as twin, MmvFile.open(_companion()) as other:
+        entries = [cat.add(f, {other.header.cluster}) for f in (other, mf, twin)]
+        _check_distinct([e for e in entries if e is not None])
+        for f in (mf, other, twin):
+            cat.remove(f.name)
+    _check_empty(cat)
+
+
+def _check_empty(cat: Catalogue) -> None:
+    if cat.files or cat.leaves or cat.interior or cat.indom_pool:
+        raise Finding("catalogue not empty after every file was removed")
+
+
+def _check_distinct(entries: list[FileEntry]) -> None:
+    clusters = [e.cluster for e in entries]
+    pmids = [(m.cluster, m.item) for e in entries for m in e.metrics]
+    names = [m.name for e in entries for m in e.metrics]
+    indoms = [si.serial for e in entries for si in e.indoms.values()]
+    for what, seq in (("cluster", clusters), ("PMID", pmids), ("name", names), ("indom", indoms)):
+        if len(seq) != len(set(seq)):
+            raise Finding(f"{what} served twice: {sorted(map(str, seq))}")
+    for e in entries:
+        _check_entry(e)
+
+
+_COMPANION: list[str] = []
+
+
+def _companion() -> str:
+    """A valid file (the byte builder's version 3 sample) beside the fuzzed one."""
+    if not _COMPANION:
+        from tests.mmvbuild import sample
+
+        fd, path = tempfile.mkstemp(prefix="companion-", dir=_SHM)
+        os.write(fd, bytes(sample(3).build().data))
+        os.close(fd)
+        _COMPANION.append(path)
+    return _COMPANION[0]
 
 
 def _check_entry(entry: FileEntry) -> None:
@@ -131,8 +177,13 @@ def _reject_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+LABEL_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,254}")
+"""A label name pmcd accepts (pmLookupLabels(3); pmLabel namelen is 8 bits)."""
+
+
 def _check_labels(*texts: str) -> None:
-    """Served label sets must be strict JSON objects (pmcd's parser rejects NaN etc.)."""
+    """Served label sets must be strict JSON objects (pmcd's parser rejects NaN etc.) whose
+    names are label names."""
     for text in texts:
         if not text:
             continue
@@ -142,3 +193,6 @@ def _check_labels(*texts: str) -> None:
             raise Finding(f"served label set {text!r} is not strict JSON: {e}") from None
         if not isinstance(obj, dict):
             raise Finding(f"served label set {text!r} is not an object")
+        for name in obj:
+            if not LABEL_NAME.fullmatch(name):
+                raise Finding(f"served label name {name!r} is not a PCP label name")
