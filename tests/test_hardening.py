@@ -392,6 +392,39 @@ def test_one_defect_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -
     agent.assert_explained(path, "partial", f"{section}[{index}].")
 
 
+def strings_file() -> mmvbuild.Image:
+    b = MmvBuilder(cluster=31, version=2)
+    b.metrics += [Metric("text", 1, fmt.TYPE_STRING), Metric("n", 2)]
+    b.values += [Value("text", None, "hello"), Value("n", None, 4)]
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [1 << 40, -1, 0, 8, "unterminated"],
+    ids=["past_end", "minus1", "zero", "header", "no_nul"],
+)
+def test_live_string_offset_tampering(agent: Agent, scratch: Scratch, extra: int | str) -> None:
+    """A writer may change values in place without a new generation; a string value whose
+    offset now points outside the file, into the header, or at text without a NUL gives an
+    error for that value only, never bytes from outside the string entries."""
+    img = strings_file()
+    path = scratch.put(f"tamper_{extra}".replace("-", "m"), bytes(img.data))
+    metric = f"mmv.{path.name}.text"
+    assert agent.probe(metric)[metric] == '1 "hello"'
+    with open(path, "r+b") as f:
+        if extra == "unterminated":
+            f.seek(img.get("values", 0, "extra"))
+            f.write(b"x" * fmt.STRING_SIZE)
+        else:
+            f.seek(img.at("values", 0, "extra"))
+            f.write(struct.pack("=q", extra))
+    got = agent.probe(metric, f"mmv.{path.name}.n", GOOD)
+    assert not got[metric].startswith("1 "), got
+    assert got[f"mmv.{path.name}.n"] == "1 4"
+    agent.assert_alive()
+
+
 # -- lifecycle races while a client fetches in a loop ----------------------------------------
 
 
