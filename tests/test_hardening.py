@@ -261,6 +261,11 @@ def corrupt_cases() -> dict[str, tuple[Callable[[], tuple[bytes, str]], str]]:
         img.patch("labels", 1, "payload", mmvbuild.cbytes("{dom: 1}", fmt.LABEL_PAYLOAD_SIZE))
         return bytes(img.data), f"labels[1].payload at offset {img.at('labels', 1, 'payload')}"
 
+    def label_unterminated() -> tuple[bytes, str]:
+        img = image(sample(3))
+        img.patch("labels", 2, "payload", b"{" + b"x" * (fmt.LABEL_PAYLOAD_SIZE - 1))
+        return bytes(img.data), f"labels[2].payload at offset {img.at('labels', 2, 'payload')}"
+
     return {
         "hdr_magic": (header("magic", b"MMV\1", "header.magic at offset 0"), "refused"),
         "hdr_version": (header("version", 9, "header.version at offset 4"), "refused"),
@@ -285,6 +290,7 @@ def corrupt_cases() -> dict[str, tuple[Callable[[], tuple[bytes, str]], str]]:
         "entry_unknown_semantics": (patched(2, "metrics", 3, "semantics", 9), "partial"),
         "entry_string_offset_past_end": (patched(3, "values", 24, "extra", 1 << 62), "partial"),
         "label_not_json": (label_not_json, "partial"),
+        "label_unterminated": (label_unterminated, "partial"),
     }
 
 
@@ -368,6 +374,7 @@ CASCADES = {
     "metrics_past_end": ("toc", fmt.TOC_METRICS, "offset", 1 << 40),
     "indoms_count_minus1": ("toc", fmt.TOC_INDOMS, "count", 0xFFFFFFFF),
     "instance_bad_backref": ("instances", 1, "indom", 8),
+    "instance_duplicate_id": ("instances", 1, "internal", 0),
 }
 CASCADE_BUG = pytest.mark.xfail(
     strict=True,
