@@ -836,6 +836,20 @@ def test_non_utf8_file_name_does_not_stop_the_scan(agent: Agent, scratch: Scratc
     agent.assert_alive()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: file names go into log lines unescaped, so a name with a newline forges a "
+    "second log line",
+)
+def test_file_name_cannot_forge_log_lines(agent: Agent, scratch: Scratch) -> None:
+    forged = "x\n[Mon Jan  1 00:00:00] pmdammv(1) Error: good: forged"
+    scratch.put(forged, b"junk" * 20)
+    agent.assert_alive()
+    log = agent.pmcd.agent_log().splitlines()
+    assert not [ln for ln in log if ln.startswith("[Mon Jan  1 00:00:00]")], log[-3:]
+    assert len([ln for ln in log if f"{agent.dir}/x" in ln]) == 1
+
+
 # -- process liveness ------------------------------------------------------------------------
 
 
