@@ -627,6 +627,18 @@ def symlink_to_etc(path: Path) -> object:
     return None
 
 
+def symlink_to_itself(path: Path) -> object:
+    path.symlink_to(path.name)
+    return None
+
+
+def symlink_chain_out(path: Path) -> object:
+    hop = path.with_name(f".{path.name}.hop")  # a dot-file: never served itself
+    hop.symlink_to("/etc/passwd")
+    path.symlink_to(hop.name)
+    return hop
+
+
 def sparse_1tb(path: Path) -> object:
     one(cluster=22).write(path)
     os.truncate(path, 1 << 40)
@@ -651,6 +663,8 @@ SPECIAL: dict[str, tuple[Callable[[Path], object], str]] = {
     "subdir": (subdirectory, "not a regular file (directory)"),
     "link_out": (symlink_out, "symlink out of the directory, not followed"),
     "link_etc": (symlink_to_etc, "symlink out of the directory, not followed"),
+    "link_self": (symlink_to_itself, "not a regular file (symlink)"),
+    "link_chain_out": (symlink_chain_out, "symlink out of the directory, not followed"),
     "sparse_1tb": (sparse_1tb, "file.size at offset 0: size 1099511627776 exceeds"),
     "zero_bytes": (zero_bytes, "file.size at offset 0: size 0 too small"),
     "unreadable": (unreadable, "cannot open: Permission denied"),
@@ -670,6 +684,8 @@ def test_special_entry_refused_without_blocking(agent: Agent, scratch: Scratch, 
     finally:
         if isinstance(keep, socket.socket):
             keep.close()
+        elif isinstance(keep, Path):
+            keep.unlink()
 
 
 def test_agent_runs_as_pcp_so_mode_000_is_unreadable(agent: Agent) -> None:
