@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from . import format as fmt
-from .reader import Indom, Label, Metric, MmvFile, name_problem
+from .reader import Indom, Label, Metric, MmvFile, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
 PM_TYPE_64: Final = 2
@@ -105,7 +105,9 @@ class Catalogue:
     ) -> None:
         self.prefix = prefix
         self.reserved = {f"{prefix}.{r}" for r in reserved}
-        self.log: Log = log or (lambda line: None)
+        sink: Log = log or (lambda line: None)
+        self.log: Log = lambda line: sink(printable(line))
+        self.refusal = ""  # why the last add() returned None
         self.files: dict[str, FileEntry] = {}
         self.leaves: set[str] = set()
         self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
@@ -187,20 +189,21 @@ class Catalogue:
 
     def add(self, mf: MmvFile, requested: set[int] | None = None) -> FileEntry | None:
         """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
-        its name is not a valid name component or no cluster is free (both logged)."""
+        its name is not a valid name component or no cluster is free (logged once, and kept
+        in :attr:`refusal`)."""
         if mf.name in self.files:
             self.remove(mf.name)
         why = name_problem(mf.name)
         if why and not mf.header.noprefix:
-            self.log(
+            return self._refuse_file(
                 f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
                 f"({why}), file not served"
             )
-            return None
         cluster = self.choose_cluster(mf, requested or set())
         if cluster is None:
-            self.log(f"{mf.path}: header.cluster at offset 36: no free cluster, file not served")
-            return None
+            return self._refuse_file(
+                f"{mf.path}: header.cluster at offset 36: no free cluster, file not served"
+            )
         entry = FileEntry(mf, cluster)
         self._add_indoms(entry)
         self._add_metrics(entry)
@@ -208,6 +211,12 @@ class Catalogue:
         self.files[mf.name] = entry
         self.last_cluster[mf.name] = cluster
         return entry
+
+    def _refuse_file(self, why: str) -> FileEntry | None:
+        """Log why a file is not served; returns None for ``add`` to return."""
+        self.refusal = printable(why)
+        self.log(why)
+        return None
 
     def remove(self, name: str) -> FileEntry | None:
         """Stop serving the file called ``name``; returns its entry (still open) or None."""

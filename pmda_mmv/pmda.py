@@ -23,7 +23,7 @@ from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
-from .reader import NO_VALUE, UNSUPPORTED, Changed, Snapshot
+from .reader import NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
 
@@ -165,6 +165,10 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.set_label_callback(self._guard(lambda d, i: self.instance_label(d, i, 0), "{}"))
         self.set_notes_callback(self._guard(lambda d, i: self.instance_label(d, i, 1), "{}"))
 
+    def log_line(self, line: str) -> None:
+        """One line in the agent's log (pmNotifyErr at LOG_ERR), made printable."""
+        self.err(printable(line))
+
     # -- startup
 
     def serve(self) -> None:
@@ -187,7 +191,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             try:
                 return func(*args)
             except Exception as e:
-                self.err(f"{getattr(func, '__name__', 'callback')}: {type(e).__name__}: {e}")
+                self.log_line(f"{getattr(func, '__name__', 'callback')}: {type(e).__name__}: {e}")
                 return fallback
 
         return guarded
@@ -238,7 +242,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         return fetch
 
     def _update_status_indom(self) -> None:
-        insts = [pmdaInstid(s.instance, s.name) for s in self.scanner.states.values()]
+        insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
         self.replace_indom(self.indom(0), insts)
 
     # -- metric table helpers (python3-pcp 6.0.3 keeps help in dicts shared with C)
@@ -321,7 +325,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         try:
             self.snaps[cluster] = entry.mf.snapshot()
         except Changed as e:
-            self.err(f"{e}; reloading")
+            self.log_line(f"{e}; reloading")
             self.apply(self.scanner.reload(entry.name))
             entry = self.by_cluster.get(cluster)
             if entry is not None:
@@ -335,7 +339,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         try:
             return fetcher(inst)
         except Exception as e:
-            self.err(f"fetch {cluster}.{item}[{inst}]: {type(e).__name__}: {e}")
+            self.log_line(f"fetch {cluster}.{item}[{inst}]: {type(e).__name__}: {e}")
             return ERR_AGAIN
 
     def _fetcher(self, entry: FileEntry, sm: ServedMetric) -> Fetcher:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from array import array
@@ -28,6 +29,9 @@ from . import format as fmt
 
 DEFAULT_MAX_SIZE: Final = 1 << 30
 """Largest file accepted (bytes); a larger one (a sparse 1 TB file, say) is refused."""
+
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
 
 PM_IN_NULL: Final = 0xFFFFFFFF
 """Internal instance id of a singular metric's only value, as pmcd passes it (unsigned)."""
@@ -415,7 +419,9 @@ def _decoder(mf: MmvFile, mtype: int) -> Callable[[Snapshot, int], object]:
             if snap.sentinel and raw == fmt.SENTINEL_BYTES:
                 return NO_VALUE
             value: int = fmt.VALUE_FORMAT[fmt.TYPE_ELAPSED].unpack_from(raw)[0]
-            return value + int(snap.now_us + ext) if ext < 0 else value
+            if ext < 0:
+                value += int(snap.now_us + ext)
+            return value if INT64_MIN <= value <= INT64_MAX else UNSUPPORTED
 
         return elapsed
     if mtype in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
@@ -500,6 +506,10 @@ def read_header(path: str, head: bytes, size: int) -> Header:
     Raises :class:`Refused` (magic, version, TOC count or size, cluster) or :class:`NotReady`
     (g1 is 0, or g1 != g2)."""
     magic, version, g1, g2, tocs, flags, process, cluster = fmt.HEADER.unpack_from(head)
+    if magic == b"\0\0\0\0" and g1 == 0:
+        # libpcp_mmv sizes the file, then writes the header through a mapping: no event,
+        # maybe no mtime change; retry it like any file in flux.
+        raise NotReady(path, "header.magic", 0, "header not written yet")
     if magic != fmt.MAGIC:
         raise Refused(path, "header.magic", 0, f"magic {magic!r} is not 'MMV\\0'")
     if version not in fmt.VERSIONS:
@@ -538,6 +548,10 @@ class _Parser:
         self.metric_at: dict[int, Metric] = {}
         self.skipped_metrics: set[int] = set()
         self.rejected_metrics: list[Toc] = []  # METRICS sections already reported
+        # What was skipped and reported once, so that references to it are not reported again
+        self.rejected_indoms = False
+        self.skipped_serials: set[int] = set()
+        self.skipped_instances: set[int] = set()
         self.names: dict[
             int, set[str]
         ] = {}  # indom entry offset -> external names seen  # entry offsets already reported
@@ -554,6 +568,8 @@ class _Parser:
                 self.mf.sections.append(toc)
             elif toc.type == fmt.TOC_METRICS:
                 self.rejected_metrics.append(toc)
+            elif toc.type == fmt.TOC_INDOMS:
+                self.rejected_indoms = True
         for toc in by_type.get(fmt.TOC_INDOMS, []):
             self.indoms(toc)
         for toc in by_type.get(fmt.TOC_METRICS, []):
@@ -664,6 +680,7 @@ class _Parser:
                 self.mf.problem(
                     f"{where}.serial", at, f"serial {serial} > {fmt.MAX_SERIAL}", fmt.MAX_SERIAL
                 )
+                self.skipped_serials.add(serial)
                 continue
             if serial in self.mf.indoms:
                 self.mf.problem(f"{where}.serial", at, f"duplicate serial {serial}, ignored")
@@ -676,6 +693,7 @@ class _Parser:
                     f"instances [{offset}, {end}) outside the file",
                     self.size,
                 )
+                self.skipped_serials.add(serial)
                 continue
             indom = Indom(
                 serial,
@@ -685,10 +703,12 @@ class _Parser:
                 self.help(long_, f"{where}.longhelp", at + 24),
             )
             for k in range(count):
-                self.instance(indom, offset + k * isize, f"{where}.instances[{k}]")
+                if not self.instance(indom, offset + k * isize, f"{where}.instances[{k}]"):
+                    self.skipped_instances.add(offset + k * isize)
             self.mf.indoms[serial] = indom
 
-    def instance(self, indom: Indom, at: int, where: str) -> None:
+    def instance(self, indom: Indom, at: int, where: str) -> bool:
+        """Add one instance entry to ``indom``; False (problem recorded) when skipped."""
         if self.version == 1:
             back, internal, raw = fmt.INSTANCE_V1.unpack_from(self.data, at)
             external = _cstring(raw)
@@ -699,33 +719,34 @@ class _Parser:
                     f"name not NUL-terminated within {fmt.NAME_SIZE} bytes",
                     fmt.NAME_SIZE,
                 )
-                return
+                return False
         else:
             back, internal, soff = fmt.INSTANCE_V2.unpack_from(self.data, at)
             external = self.string(soff, f"{where}.external", at + 16, optional=False)
             if external is None:
-                return
+                return False
         if back != indom.offset:
             self.mf.problem(
                 f"{where}.indom",
                 at,
                 f"back-reference {back} is not its indom entry at {indom.offset}, ignored",
             )
-            return
+            return False
         if not external:
             self.mf.problem(f"{where}.external", at + 16, "empty instance name")
-            return
+            return False
         if internal in indom.positions:
             self.mf.problem(f"{where}.internal", at + 12, f"duplicate instance id {internal}")
-            return
+            return False
         if external in self.names.setdefault(indom.offset, set()):
             self.mf.problem(f"{where}.external", at + 16, f"duplicate instance name {external!r}")
-            return
+            return False
         self.names[indom.offset].add(external)
         indom.positions[internal] = len(indom.instances)
         inst = Instance(internal, external, at)
         indom.instances.append(inst)
         self.instance_at[at] = (indom, indom.positions[internal])
+        return True
 
     def metrics(self, toc: Toc) -> None:
         entry = fmt.METRIC_V1 if self.version == 1 else fmt.METRIC_V2
@@ -759,6 +780,9 @@ class _Parser:
             name = text
         indom &= 0xFFFFFFFF
         serial: int | None = None if indom in fmt.INDOM_NONE else indom
+        reported = self.rejected_indoms or serial in self.skipped_serials
+        if serial is not None and serial not in self.mf.indoms and reported:
+            return None  # its indom (or their section) was reported
         checks: list[tuple[str | None, str, int, int | None]] = [
             (name_problem(name), "name", 0, None),
             (
@@ -816,14 +840,10 @@ class _Parser:
         for i in range(toc.count):
             self.value(toc.offset + i * fmt.VALUE_SIZE, f"values[{i}]")
 
-    def in_rejected(self, offset: int) -> bool:
-        size = fmt.ENTRY_SIZE[(fmt.TOC_METRICS, fmt.layout(self.version))]
-        return any(t.offset <= offset < t.offset + t.count * size for t in self.rejected_metrics)
-
     def value(self, at: int, where: str) -> None:
         _, extra, moff, ioff = fmt.VALUE.unpack_from(self.data, at)
         metric = self.metric_at.get(moff)
-        if metric is None and (moff in self.skipped_metrics or self.in_rejected(moff)):
+        if metric is None and (moff in self.skipped_metrics or self.rejected_metrics):
             return  # the metric entry or its section was reported
         if metric is None:
             self.mf.problem(
@@ -834,6 +854,8 @@ class _Parser:
             pos = 0
         else:
             found = self.instance_at.get(ioff)
+            if found is None and (ioff in self.skipped_instances or self.rejected_indoms):
+                return  # the instance entry or its section was reported
             if found is None or found[0].serial != metric.indom:
                 self.mf.problem(
                     f"{where}.instance",
@@ -904,10 +926,45 @@ class _Parser:
 
 
 def _label_problem(payload: str) -> str | None:
+    """Why PCP would reject this label payload (pmLookupLabels(3)), or None."""
+
+    def no_constants(token: str) -> object:
+        raise ValueError(f"{token} is not JSON")
+
     try:
-        obj = json.loads(payload)
+        obj = json.loads(payload, parse_constant=no_constants)
     except ValueError as e:
         return f"payload is not JSON: {e}"
     if not isinstance(obj, dict) or not obj:
         return "payload is not a non-empty JSON object"
+    return _label_names_problem(obj)
+
+
+def _label_names_problem(obj: dict[str, object]) -> str | None:
+    for name, value in obj.items():
+        if not LABEL_NAME.fullmatch(name):
+            return f"label name {name!r} is not [A-Za-z][A-Za-z0-9_]*"
+        if isinstance(value, dict):
+            why = _label_names_problem(value)
+            if why:
+                return why
     return None
+
+
+LABEL_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for one log line or a PCP string: undecodable bytes of a file name
+    (surrogates) and control characters (a newline could forge a log line) are escaped."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:  # os.fsdecode's surrogateescape of a byte
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)

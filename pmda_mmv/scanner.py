@@ -27,7 +27,7 @@ from typing import Final
 import psutil
 
 from .catalogue import Catalogue, FileEntry, Log
-from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady
+from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady, printable
 
 OK: Final = "ok"
 PARTIAL: Final = "partial"
@@ -101,7 +101,8 @@ class Scanner:
         self.max_size = max_size
         self.owners = set(owners) if owners is not None else None
         self.check_interval = check_interval
-        self.log: Log = log or (lambda line: None)
+        sink: Log = log or (lambda line: None)
+        self.log: Log = lambda line: sink(printable(line))
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.reload_requested = False
@@ -291,23 +292,26 @@ class Scanner:
         entry = self.catalogue.add(mf, requested)
         if entry is None:
             mf.close()
-            self._set(state, REFUSED, f"{mf.path}: not served (see the log)", changes)
+            self._set(state, REFUSED, self.catalogue.refusal, changes, logged=True)
             return
         state.entry = entry
+        for problem in mf.problems:
+            self.log(str(problem))  # the catalogue logged its own (entry.problems)
         problems = [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
         status = PARTIAL if problems else OK
-        for line in problems:
-            self.log(line)
-        state.problems = problems
+        state.problems = [printable(p) for p in problems]
         state.state = status
         changes.added.append(entry)
         changes.states = True
 
-    def _set(self, state: FileState, new: str, problem: str, changes: Changes) -> None:
+    def _set(
+        self, state: FileState, new: str, problem: str, changes: Changes, logged: bool = False
+    ) -> None:
+        problem = printable(problem)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         if state.state != new or state.last_problem != problem:
-            if new != NOT_READY or state.state != NOT_READY:
+            if not logged and (new != NOT_READY or state.state != NOT_READY):
                 self.log(problem)
             changes.states = True
         state.state = new

@@ -54,11 +54,12 @@ venv_complete() {
 	'import pcp.pmda, watchdog, psutil, pmda_mmv' >/dev/null 2>&1
 }
 
-# name the agent process pmdammv (see deploy/pmdas/mmv/pmdammv) and record this venv
+# name the agent process pmdammv, or pmdapmproxy for the pmproxy variant (see deploy/pmdas/mmv/pmdammv) and record this venv
 # for the launcher
 record_venv() {
     [ -x "$VENV/bin/python" ] || die "no venv at $VENV: run scripts/setup"
     ln -sfn python "$VENV/bin/pmdammv"
+    ln -sfn python "$VENV/bin/pmdapmproxy"
     mkdir -p -m 755 "$VENV_RECORD_DIR"
     ln -sfn "$VENV" "$VENV_RECORD_DIR/venv"
 }

@@ -29,7 +29,6 @@ from tests.fleet.services import KeyServer, Pmproxy, require_fleet
 from tests.pmcd import (
     LAUNCHER,
     AgentSpec,
-    PmcdError,
     PrivatePmcd,
     make_dir,
     pcp_config,
@@ -172,16 +171,7 @@ def c_daemon() -> Path:
     "target",
     [
         pytest.param("c", id="c-reference"),
-        pytest.param(
-            "ours",
-            id="pmda-mmv",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=PmcdError,
-                reason="the launcher does not yet pick prefix pmproxy and domain 4 when "
-                "its program name is pmdapmproxy (pmdammv-reference.md section 1)",
-            ),
-        ),
+        pytest.param("ours", id="pmda-mmv"),
     ],
 )
 def test_program_name_pmdapmproxy_selects_the_variant(proxied: Proxied, target: str) -> None:
