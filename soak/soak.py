@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +37,7 @@ import psutil
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from tests.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
+from tests.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent  # noqa: E402
 
 FD_SLACK = 2  # descriptors: the directory watch may be re-armed
 MAPS_SLACK = 8  # mappings: late imports, the allocator's arenas
@@ -69,9 +72,11 @@ class Client:
     done: threading.Event = field(default_factory=threading.Event)
 
     def fetch_once(self) -> None:
-        out = self.pmcd.run("pmprobe", "-v", "mmv", timeout=120)
+        out = probe(self.pmcd, "mmv")
         self.fetches += 1
         seen: dict[str, str] = {}
+        if out.stderr.startswith("not UTF-8:"):
+            self.failures.append(f"fetch {self.fetches}: {out.stderr[:300]}")
         for line in out.stdout.splitlines():
             name, _, rest = line.partition(" ")
             seen[name] = rest
@@ -96,8 +101,51 @@ class Client:
             self.fetch_once()
 
 
+def probe(pmcd: PrivatePmcd, *metrics: str) -> subprocess.CompletedProcess[str]:
+    """``pmprobe -v`` whose output is decoded with backslash escapes, so that bytes which
+    are not UTF-8 (which pmcd should never send) are kept and reported, not fatal."""
+    raw = subprocess.run(
+        ["pmprobe", "-h", pmcd.host, "-v", *metrics], capture_output=True, timeout=120
+    )
+    stdout = raw.stdout.decode("utf-8", "backslashreplace")
+    stderr = raw.stderr.decode("utf-8", "backslashreplace")
+    try:
+        raw.stdout.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.stdout[: e.start].count(b"\n")
+        stderr = f"not UTF-8: line {stdout.splitlines()[line]!r}\n{stderr}"
+    return subprocess.CompletedProcess(raw.args, raw.returncode, stdout, stderr)
+
+
+def agent_spec(mmv_dir: Path) -> AgentSpec:
+    """our_agent, logging to mmv.<pid>.log: if pmcd restarts a dead agent (it does on any
+    SIGHUP), the dead one's log is kept."""
+    spec = our_agent(mmv_dir, "--status-metrics")
+    argv = [a if a != "mmv.log" else "mmv.$$.log" for a in spec.argv]
+    script = " ".join(a if a == "mmv.$$.log" else shlex.quote(a) for a in argv)
+    return AgentSpec(spec.name, spec.domain, ("/bin/sh", "-c", f"exec {script}"), notready=True)
+
+
+def sighup_loop(pmcd: PrivatePmcd, every: float, client: Client) -> None:
+    """SIGHUP this pmcd every ``every`` seconds, as PCP's Install/Remove scripts
+    (``pmsignal -a -s HUP pmcd``) do to every pmcd on the machine."""
+    while not client.done.wait(every):
+        if pmcd.proc is not None:
+            pmcd.proc.send_signal(signal.SIGHUP)
+
+
+def agent_restarts(pmcd: PrivatePmcd) -> list[str]:
+    """pmcd's log lines about agents it cleaned up (an agent that died or misbehaved)."""
+    return [ln for ln in pmcd.pmcd_log().splitlines() if ln.startswith("Cleanup ")]
+
+
 def agent_pid(pmcd: PrivatePmcd) -> int:
-    pids = [p for p in pmcd.agent_processes() if "pmda_mmv" in psutil.Process(p).cmdline()]
+    pids = [
+        p
+        for p in pmcd.agent_processes()
+        if {"pmda_mmv", "pmdammv-reference"}
+        & {os.path.basename(a) for a in psutil.Process(p).cmdline()}
+    ]
     assert len(pids) == 1, pids
     return pids[0]
 
@@ -125,7 +173,8 @@ def tell(writers: list[subprocess.Popen[str]], word: str) -> None:
 
 def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
     mmv_dir = make_dir(work / "tmp" / "mmv")
-    pmcd = PrivatePmcd(work / "pmcd", [our_agent(mmv_dir, "--status-metrics")])
+    spec = c_agent(mmv_dir.parent) if a.agent == "c" else agent_spec(mmv_dir)
+    pmcd = PrivatePmcd(work / "pmcd", [spec])
     pmcd.start()
     writers: list[subprocess.Popen[str]] = []
     try:
@@ -138,9 +187,12 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         client.failures.clear()
         start = Sample.of(pid)
         thread = threading.Thread(target=client.loop, daemon=True)
+        hups = threading.Thread(target=sighup_loop, args=(pmcd, a.sighup, client), daemon=True)
         began = time.monotonic()
         tell(writers, "go")
         thread.start()
+        if a.sighup:
+            hups.start()
         churn = []
         for w in writers:
             assert w.stdout is not None
@@ -153,7 +205,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         for _ in range(20):  # the agent drops the deleted files at these requests
             client.fetch_once()
         end = Sample.of(pid)
-        log = pmcd.agent_log()
+        log = "".join(p.read_text(errors="replace") for p in pmcd.log_dir.glob("mmv.*.log"))
         summary: dict[str, object] = {
             "minutes": a.minutes,
             "writers": a.procs * a.slots,
@@ -170,6 +222,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             "first_failures": client.failures[:10],
             "permanent_moved": f"{len(client.moved)}/{len(permanent)}",
             "agent_same_pid": agent_pid(pmcd) == pid,
+            "pmcd_cleanups": agent_restarts(pmcd)[:10],
             "start": asdict(start),
             "end": asdict(end),
             "served_files_end": pmcd.fetch("mmv.control.files")[None],
@@ -217,6 +270,15 @@ def main() -> int:
     p.add_argument("--slots", type=int, default=20, help="writers per process")
     p.add_argument("--permanent", type=int, default=2, help="permanent files per process")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument(
+        "--agent",
+        choices=["ours", "c"],
+        default="ours",
+        help="the agent: pmda-mmv (default) or PCP's C pmdammv, for comparison",
+    )
+    p.add_argument(
+        "--sighup", type=float, default=0, help="also SIGHUP pmcd every N seconds (default: no)"
+    )
     a = p.parse_args()
     work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-soak-", dir="/tmp")))
     summary = run(a, work)

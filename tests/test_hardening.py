@@ -11,8 +11,9 @@ exactly one agent log line naming the file, the field and its byte offset, the s
 
 Scanner-level cases (each special file kind, symlinks, owners, PROCESS flag details) are in
 tests/test_scanner.py; reader rules one by one in tests/test_reader*.py.  Here they run under
-pmcd, through pminfo and pmprobe.  Known bugs are ``xfail(strict=True)`` tests, with their
-inputs built here or kept in tests/data/.
+pmcd, through pminfo and pmprobe.  A bug found here stays as an ``xfail(strict=True)`` test
+until it is fixed, then as a plain regression test; inputs are built here or kept in
+tests/data/hardening/.
 """
 
 from __future__ import annotations
@@ -325,7 +326,7 @@ def test_partial_file_serves_what_is_valid(agent: Agent, scratch: Scratch) -> No
     assert got["mmv.partly.s.tu32"] == "1 4000000000"
 
 
-# -- known bugs (xfail strict: they pass once fixed) ------------------------------------------
+# -- findings of this suite (fixed since; kept as regression tests) --------------------------
 
 
 def elapsed_overflow() -> MmvBuilder:
@@ -336,11 +337,6 @@ def elapsed_overflow() -> MmvBuilder:
     return b
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an ELAPSED value beyond int64 raises OverflowError inside python3-pcp, which "
-    "leaves the exception set and fails the next values of the same fetch (other files)",
-)
 def test_elapsed_overflow_does_not_fail_other_files(agent: Agent, scratch: Scratch) -> None:
     scratch.put("elapsed", elapsed_overflow())
     agent.assert_alive()
@@ -351,21 +347,19 @@ def test_elapsed_overflow_does_not_fail_other_files(agent: Agent, scratch: Scrat
     agent.assert_alive()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: label names PCP rejects (pmLookupLabels(3): [A-Za-z][A-Za-z0-9_]*) and "
-    "NaN are accepted by the reader; pmcd drops the whole label set with "
-    "'__pmAddLabels failed' naming no file, and the file reports ok",
-)
-@pytest.mark.parametrize("payload", ['{"bad key":1}', '{"9lives":1}', '{"a":NaN}'])
-def test_label_pcp_rejects_is_explained(agent: Agent, scratch: Scratch, payload: str) -> None:
+LABELS_PCP_REJECTS = {"space": '{"bad key":1}', "digit": '{"9lives":1}', "nan": '{"a":NaN}'}
+
+
+@pytest.mark.parametrize("case", sorted(LABELS_PCP_REJECTS))
+def test_label_pcp_rejects_is_explained(agent: Agent, scratch: Scratch, case: str) -> None:
     b = one(cluster=30, version=3)
+    payload = LABELS_PCP_REJECTS[case]
     b.labels += [Label(fmt.LABEL_ITEM, 1, '{"ok":1}'), Label(fmt.LABEL_ITEM, 1, payload)]
-    path = scratch.put("badlabel", b)
+    path = scratch.put(f"badlabel_{case}", b)
     agent.assert_alive()
     at = b.build().at("labels", 1, "payload")
     agent.assert_explained(path, "partial", f"labels[1].payload at offset {at}")
-    labels = agent.pmcd.run("pminfo", "-l", "mmv.badlabel.v").stdout
+    labels = agent.pmcd.run("pminfo", "-l", f"mmv.{path.name}.v").stdout
     assert '"ok":1' in labels
 
 
@@ -376,17 +370,11 @@ CASCADES = {
     "instance_bad_backref": ("instances", 1, "indom", 8),
     "instance_duplicate_id": ("instances", 1, "internal", 0),
 }
-CASCADE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="bug: a skipped METRICS section (offset out of range), INDOMS section or instance "
-    "entry is logged once, then again for every metric or value that refers to it: one "
-    "defect, up to 33 log lines",
-)
 
 
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[] if n == "metrics_count_minus1" else [CASCADE_BUG]) for n in CASCADES],
+    list(CASCADES),
 )
 def test_one_defect_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -> None:
     section, index, fname, value = CASCADES[name]
@@ -567,13 +555,6 @@ def test_writer_that_never_completes(agent: Agent, scratch: Scratch, g1: int, g2
     assert agent.probe(metric)[metric] == "1 3"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a file seen between its creation and its header write is refused for a zero "
-    "magic and never looked at again: libpcp_mmv (mmv_mapping_init) creates, truncates, "
-    "maps and closes the file, then writes the header through its mapping, which changes "
-    "neither the directory nor raises an inotify event",
-)
 def test_file_seen_before_its_header_is_served_once_written(agent: Agent, scratch: Scratch) -> None:
     data = bytes(one(cluster=29, value=8).build().data)
     path = scratch.path("late")
@@ -588,6 +569,59 @@ def test_file_seen_before_its_header_is_served_once_written(agent: Agent, scratc
         mapping[:] = data  # mmv_init fills the file through the mapping
         time.sleep(1)  # (the writer keeps its mapping: unmapping would signal IN_CLOSE_WRITE)
         assert agent.probe("mmv.late.v")["mmv.late.v"] == "1 8"
+
+
+class Rewriter(threading.Thread):
+    """Rewrites a file in place with a new generation and value, back to back."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.done = threading.Event()
+        self.last = 0
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.last += 1
+            data = bytes(
+                one(cluster=34, value=self.last, generation=(1 << 40) + self.last).build().data
+            )
+            rewrite_in_place(self.path, data)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.join(30)
+        return self.last
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: when a file is loaded and found stale in the same refresh (its writer moved "
+    "on), Changes lists the entry both as added and removed; MmvPMDA.apply removes it first "
+    "and KeyErrors (pmda_metrics.pop): at startup (serve() is not guarded) the agent exits "
+    "with status 1, later the rest of that refresh is lost",
+)
+def test_busy_writer_while_the_agent_starts(base: Path) -> None:
+    mmv_dir = make_dir(base / "busy" / "tmp" / "mmv")
+    path = mmv_dir / "busy"
+    one(cluster=34, value=0).write(path)
+    for n in range(40):  # a scan long enough for the busy file to move on before its check
+        one(cluster=40 + n, value=n).write(mmv_dir / f"quiet{n:02d}")
+    rewriter = Rewriter(path)
+    rewriter.start()
+    pmcd = PrivatePmcd(base / "busy" / "pmcd", [our_agent(mmv_dir, "--status-metrics")])
+    try:
+        pmcd.start()
+        pid = agent_pids(pmcd)
+        for _ in range(20):
+            pmcd.run("pmprobe", "-v", "mmv.busy.v")
+        last = rewriter.stop()
+        assert pmcd.run("pmprobe", "-v", "mmv.busy.v").stdout.split()[1:] == ["1", str(last)]
+        assert agent_pids(pmcd) == pid
+        assert "Traceback" not in pmcd.agent_log() and "KeyError" not in pmcd.agent_log()
+    finally:
+        rewriter.stop()
+        pmcd.stop()
 
 
 # -- special files and permissions -----------------------------------------------------------
@@ -759,12 +793,6 @@ def test_noprefix_cannot_shadow(agent: Agent, scratch: Scratch, name: str) -> No
     assert agent.pmcd.fetch("mmv.control.file.metrics")[name] == "0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a name the catalogue refuses is logged twice (Catalogue._refuse logs it, then "
-    "Scanner._serve logs entry.problems again); a file name that is not a name component "
-    "is logged, then 'not served (see the log)' is logged as a second line",
-)
 @pytest.mark.parametrize("name", ["dup_shadow", "bad-name"])
 def test_catalogue_refusal_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -> None:
     b = noprefix(25, "good.py.counter") if name == "dup_shadow" else one(cluster=25)
@@ -835,28 +863,16 @@ def test_serials_that_alias_in_the_c_agent_are_distinct_indoms(
     assert got == {"mmv.alias_a.m": "2 300 301", "mmv.alias_b.m": "3 400 401 402"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a file name that is not UTF-8 makes the agent's log and status calls raise "
-    "UnicodeEncodeError (surrogates) inside the scan: the scan stops, files after it in "
-    "name order are not served until the directory changes again, and the log line names "
-    "no file",
-)
 def test_non_utf8_file_name_does_not_stop_the_scan(agent: Agent, scratch: Scratch) -> None:
-    bad = os.fsdecode(b"bad\xff")  # what os.listdir returns for it
+    bad = os.fsdecode(b"nonutf\xff")  # what os.listdir returns for it
     scratch.put(bad, one(cluster=32, value=1))
     scratch.put("later", one(cluster=33, value=2))  # sorts after it
     assert agent.probe("mmv.later.v")["mmv.later.v"] == "1 2"
-    lines = [ln for ln in agent.pmcd.agent_log().splitlines() if f"{agent.dir}/bad" in ln]
+    lines = [ln for ln in agent.pmcd.agent_log().splitlines() if f"{agent.dir}/nonutf" in ln]
     assert len(lines) == 1 and "not a valid metric name component" in lines[0], lines
     agent.assert_alive()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: file names go into log lines unescaped, so a name with a newline forges a "
-    "second log line",
-)
 def test_file_name_cannot_forge_log_lines(agent: Agent, scratch: Scratch) -> None:
     forged = "x\n[Mon Jan  1 00:00:00] pmdammv(1) Error: good: forged"
     scratch.put(forged, b"junk" * 20)
@@ -944,14 +960,11 @@ def test_file_disappears_at_the_next_request_after_its_writer_exits(
 # -- fuzz findings and a bounded fuzz run ----------------------------------------------------
 
 REGRESSION = sorted((DATA / "hardening").glob("*.mmv"))
-KNOWN_BUG = pytest.mark.xfail(
-    strict=True, reason="known bug (tests/data/hardening/README.md)", raises=AssertionError
-)
 
 
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=[KNOWN_BUG] if ".xfail." in p.name else []) for p in REGRESSION],
+    REGRESSION,
     ids=[p.name for p in REGRESSION],
 )
 def test_regression_input(path: Path, tmp_path: Path) -> None:
@@ -964,17 +977,13 @@ SEEDS = [bytes(sample(v, labels).build().data) for v in fmt.VERSIONS for labels 
 
 
 def mutable_spans(data: bytes) -> list[tuple[int, int]]:
-    """Header, TOC and every section but VALUES and LABELS: those two hold open bugs (an
-    ELAPSED overflow, label names PCP rejects; see the xfail tests above) that random
-    mutations would hit now and then.  The atheris run covers them."""
+    """Header, TOC and every section of a valid file (offsets from its own TOC)."""
     tocs = struct.unpack_from("=i", data, 24)[0]
     version = struct.unpack_from("=i", data, 4)[0]
     spans = [(0, fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE)]
     for k in range(tocs):
         ttype, count, offset = fmt.TOC.unpack_from(data, fmt.HEADER_SIZE + k * fmt.TOC_SIZE)
-        if ttype not in (fmt.TOC_VALUES, fmt.TOC_LABELS):
-            size = fmt.ENTRY_SIZE[(ttype, fmt.layout(version))]
-            spans.append((offset, offset + count * size))
+        spans.append((offset, offset + count * fmt.ENTRY_SIZE[(ttype, fmt.layout(version))]))
     return spans
 
 
