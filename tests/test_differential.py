@@ -1,0 +1,1045 @@
+"""Differential tests: pmda-mmv under pmcd against PCP 6.0.3's C pmdammv, case by case.
+
+Each case is a directory of MMV files written by real writers: the corpus of
+``../shared/tools/mmv-corpus`` (libpcp_mmv through ctypes and its legacy APIs, python3-pcp's
+``pcp.mmv``, the pcp-testsuite captures) plus the cases made here (:data:`OWN_CASES`, with
+libpcp_mmv's registry API and the ``tests/mmvbuild`` writers).  For every case the same client
+commands run against
+
+* the C agent: ``pmda_mmv.so`` loaded in a local context (``pminfo -L -Kclear -Kadd,70,...``)
+  with ``PCP_TMP_DIR`` at the case, so every command scans afresh;
+* pmda-mmv without options (the drop-in configuration), a pipe agent of one private pmcd per
+  module, restarted for each case with ``--dir`` at that case;
+
+and :mod:`tests.normalize` lists every field that differs in ``pminfo mmv`` (the names
+listed), ``pminfo -dfTlt`` and ``pminfo -x`` of every name either side knows, ``pminfo -m``,
+``pmprobe -I`` and ``pminfo -tT`` of every instance domain.  Each difference must be one of
+the documented :data:`KINDS` (docs/differences.md); each kind also has a test of its own,
+named after it, on a case made to show it.  Open bugs are ``xfail(strict=True)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from pmda_mmv import format as fmt
+from tests import mmvbuild
+from tests.normalize import (
+    BAD_PMID,
+    NO_TEXT,
+    Block,
+    Diff,
+    diff_blocks,
+    diff_maps,
+    parse_indom_help,
+    parse_info,
+    parse_pmids,
+    parse_probe,
+)
+from tests.pmcd import CHECKOUT, PrivatePmcd, make_dir, our_agent, pcp_config
+
+pytestmark = pytest.mark.pmcd
+
+CORPUS_TOOL = CHECKOUT.parent / "shared" / "tools" / "mmv-corpus"
+LARGE_INSTANCES = 5000  # capi-large*: 2 x 5000 values (the C agent's fetch is quadratic)
+# the packaged C agent (once pmda-mmv is installed, $PCP_PMDAS_DIR/mmv is ours)
+C_DSO = Path(pcp_config("PCP_PMDASADM_DIR", "/usr/lib/pcp/pmdas")) / "mmv" / "pmda_mmv.so"
+CLIENT_ENV = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMCD_PORT")}
+
+# ---- real writers: libpcp_mmv's registry API through ctypes ----------------------------------
+
+NONE_UNITS, COUNT = 0, fmt.units_word(dim_count=1)
+L_STRING, L_NUMBER, L_BOOL, L_NULL, L_MAP = 1, 2, 3, 4, 6  # mmv_stats_add_*_label types
+U32, I32, U64, FLOAT, DOUBLE = (
+    fmt.TYPE_U32,
+    fmt.TYPE_I32,
+    fmt.TYPE_U64,
+    fmt.TYPE_FLOAT,
+    fmt.TYPE_DOUBLE,
+)
+INSTANT, COUNTER = fmt.SEM_INSTANT, fmt.SEM_COUNTER
+
+
+class Registry:
+    """One file written by libpcp_mmv (``mmv_stats_registry`` ... ``mmv_stats_start``) in this
+    process; the mapping stays open (values can be set later) until the process ends."""
+
+    def __init__(self, path: Path, cluster: int = 0, flags: int = 0) -> None:
+        self.lib = mmvbuild._libpcp_mmv()
+        self.keep: list[bytes] = []
+        self.reg = self.lib.mmv_stats_registry(self.b(str(path)), cluster, flags)
+        self.addr: int | None = None
+
+    def b(self, text: str | None) -> bytes | None:
+        if text is None:
+            return None
+        self.keep.append(text.encode())
+        return self.keep[-1]
+
+    def indom(
+        self,
+        serial: int,
+        insts: list[tuple[int, str]],
+        short: str | None = None,
+        long: str | None = None,
+    ) -> Registry:
+        self.lib.mmv_stats_add_indom(self.reg, serial, self.b(short), self.b(long))
+        for internal, name in insts:  # 6.0.3 returns -1 on success too: not checked
+            self.lib.mmv_stats_add_instance(self.reg, serial, internal, self.b(name))
+        return self
+
+    def metric(
+        self,
+        name: str,
+        item: int,
+        mtype: int,
+        sem: int = INSTANT,
+        units: int = NONE_UNITS,
+        indom: int = -1,
+        short: str | None = None,
+        long: str | None = None,
+    ) -> Registry:
+        rc = self.lib.mmv_stats_add_metric(
+            self.reg,
+            self.b(name),
+            item,
+            mtype,
+            sem,
+            mmvbuild._Units(units),
+            indom,
+            self.b(short),
+            self.b(long),
+        )
+        assert rc >= 0, f"mmv_stats_add_metric {name}"
+        return self
+
+    def label(
+        self,
+        kind: str,
+        name: str,
+        value: str,
+        vtype: int,
+        *,
+        optional: bool = False,
+        ident: int = 0,
+        inst: int = -1,
+    ) -> Registry:
+        lib, n, v, o = self.lib, self.b(name), self.b(value), int(optional)
+        if kind == "registry":
+            rc = lib.mmv_stats_add_registry_label(self.reg, n, v, vtype, o)
+        elif kind == "indom":
+            rc = lib.mmv_stats_add_indom_label(self.reg, ident, n, v, vtype, o)
+        elif kind == "metric":
+            rc = lib.mmv_stats_add_metric_label(self.reg, ident, n, v, vtype, o)
+        else:
+            rc = lib.mmv_stats_add_instance_label(self.reg, ident, inst, n, v, vtype, o)
+        assert rc >= 0, f"{kind} label {name}={value}"
+        return self
+
+    def start(self) -> Registry:
+        self.addr = self.lib.mmv_stats_start(self.reg)
+        assert self.addr, f"mmv_stats_start failed (errno {ctypes.get_errno()})"
+        return self
+
+    def set(self, metric: str, inst: str | None, value: float | str) -> Registry:
+        desc = self.lib.mmv_lookup_value_desc(self.addr, self.b(metric), self.b(inst))
+        assert desc, f"no value for {metric}[{inst}]"
+        if isinstance(value, str):
+            self.lib.mmv_set_string(self.addr, desc, self.b(value), len(value))
+        else:
+            self.lib.mmv_set_value(self.addr, desc, float(value))
+        return self
+
+
+def case_collide(d: Path) -> list[Any]:
+    """Clusters the C agent aliases: bbb 1, aaa 2, ccc 0 (C auto-assigns 2, aaa's), ddd and
+    eee both 7; each file: a counter, a per-instance metric, one metric of its own, a label."""
+    writers = []
+    for k, (name, cluster) in enumerate(
+        [("aaa", 2), ("bbb", 1), ("ccc", 0), ("ddd", 7), ("eee", 7)]
+    ):
+        r = Registry(d / name, cluster)
+        r.indom(1, [(0, f"{name}0"), (k + 1, f"{name}{k + 1}")], f"{name} instances")
+        r.metric("m.count", 1, U64, COUNTER, COUNT, short=f"{name} count")
+        r.metric("m.multi", 2, U32, indom=1, short=f"{name} per instance")
+        r.metric(f"m.only_{name}", 3 + k, I32)
+        r.label("registry", "file", f'"{name}"', L_STRING)
+        r.start().set("m.count", None, 100 + k).set(f"m.only_{name}", None, -k)
+        r.set("m.multi", f"{name}0", 10 * k).set("m.multi", f"{name}{k + 1}", 10 * k + 1)
+        writers.append(r)
+    return writers
+
+
+def case_indom_alias(d: Path) -> list[Any]:
+    """The C agent's indom packing ``(cluster << 11) | serial`` makes p (cluster 1, serial
+    4097) and q (cluster 3, serial 1) one instance domain, 70.6145."""
+    p = Registry(d / "p", 1).indom(4097, [(0, "p0"), (1, "p1")], "p's instances")
+    p.metric("v", 1, U32, indom=4097).start().set("v", "p0", 1).set("v", "p1", 2)
+    q = Registry(d / "q", 3).indom(1, [(0, "q0"), (5, "q5")], "q's instances")
+    q.metric("v", 1, U32, indom=1).start().set("v", "q0", 3).set("v", "q5", 4)
+    return [p, q]
+
+
+def case_help(d: Path) -> list[Any]:
+    """Help text everywhere: indoms with both texts, one-line only, none; a NOSUPPORT metric
+    with help; a metric on an empty indom (no value entry) with help."""
+    r = Registry(d / "helps", 31)
+    r.indom(1, [(1, "x"), (2, "y")], "indom one-line", "indom long text\nsecond line")
+    r.indom(2, [(7, "z")], "only a one-line")
+    r.indom(3, [(8, "w")])
+    r.indom(4, [], "empty indom", "an indom without instances")
+    r.metric("nosup", 1, fmt.TYPE_NOSUPPORT, short="not supported here", long="nosup long")
+    r.metric("on.one", 2, U32, indom=1, short="on one", long="long text on one")
+    r.metric("on.two", 3, U32, indom=2, short="on two")
+    r.metric("on.three", 4, U32, indom=3)
+    r.metric("on.empty", 5, U32, indom=4, short="on nothing", long="no instances at all")
+    r.start().set("on.one", "x", 1).set("on.one", "y", 2).set("on.two", "z", 3)
+    r.set("on.three", "w", 4)
+    return [r]
+
+
+def case_labels(d: Path) -> list[Any]:
+    """A cluster-0 writer with labels at every level; instance p has a map label (two PCP
+    labels from one payload) and a bool; q a null."""
+    r = Registry(d / "lab0", 0).indom(3, [(0, "p"), (1, "q")], "pair")
+    r.metric("c", 1, U64, COUNTER, COUNT, short="count").metric("per", 2, DOUBLE, indom=3)
+    r.label("registry", "app", '"lab0"', L_STRING)
+    r.label("registry", "tier", "2", L_NUMBER, optional=True)
+    r.label("metric", "unit", '"ops"', L_STRING, ident=1)
+    r.label("indom", "kind", '"pair"', L_STRING, ident=3)
+    r.label("instance", "where", '{"rack":"r1","row":4}', L_MAP, ident=3, inst=0)
+    r.label("instance", "first", "true", L_BOOL, ident=3, inst=0)
+    r.label("instance", "second", "null", L_NULL, ident=3, inst=1, optional=True)
+    r.start().set("c", None, 7).set("per", "p", 0.5).set("per", "q", 1.5)
+    return [r]
+
+
+def case_negative_instance(d: Path) -> list[Any]:
+    """Negative internal instance ids (an int32 in the file; pmdaInstance handles them)."""
+    r = Registry(d / "neg", 44).indom(1, [(-5, "minus5"), (3, "three")], "signed ids")
+    r.metric("v", 1, I32, indom=1)
+    r.label("instance", "sign", '"negative"', L_STRING, ident=1, inst=-5)
+    return [r.start().set("v", "minus5", -50).set("v", "three", 30)]
+
+
+def case_sentinel(d: Path) -> list[Any]:
+    """NaN floats and doubles in a SENTINEL file (no value) and in a plain one (NaN)."""
+    writers = []
+    for name, cluster, flags in (("sent", 60, fmt.FLAG_SENTINEL), ("plain", 61, 0)):
+        r = Registry(d / name, cluster, flags).indom(1, [(0, "nan"), (1, "num")])
+        r.metric("f", 1, FLOAT, indom=1).metric("d", 2, DOUBLE, indom=1).start()
+        for metric in ("f", "d"):
+            r.set(metric, "nan", float("nan")).set(metric, "num", 2.5)
+        writers.append(r)
+    return writers
+
+
+def case_noprefix(d: Path) -> list[Any]:
+    """A NOPREFIX file whose names collide with a prefixed file's (``mmv.app.x``) and with
+    the agent's own ``mmv.control.reload``; the C agent keeps the first in directory order."""
+    app = Registry(d / "app", 12).metric("x", 1, U32).metric("y", 2, U32)
+    app.start().set("x", None, 1).set("y", None, 2)
+    np_ = Registry(d / "np", 10, fmt.FLAG_NOPREFIX)
+    np_.metric("app.x", 1, U32).metric("np_only", 2, U32).metric("control.reload", 3, U32)
+    np_.start().set("app.x", None, 100).set("np_only", None, 200)
+    return [app, np_]
+
+
+def case_noprefix_order(d: Path) -> list[Any]:
+    """As :func:`case_noprefix`, but ``app`` asks for cluster 0: ``mmv.app.x`` is still
+    claimed first by ``app``, the first file in name order, as the C agent does."""
+    app = Registry(d / "app", 0).metric("x", 1, U32).metric("y", 2, U32)
+    app.start().set("x", None, 1).set("y", None, 2)
+    np_ = Registry(d / "np", 10, fmt.FLAG_NOPREFIX).metric("app.x", 1, U32)
+    np_.metric("np_only", 2, U32).start().set("app.x", None, 100).set("np_only", None, 200)
+    return [app, np_]
+
+
+def case_names(d: Path) -> list[Any]:
+    """Metric names with empty components, which the C agent accepts and pmns(5) does not
+    allow, next to valid ones (a leading digit is accepted by both)."""
+    r = Registry(d / "names", 33)
+    for item, name in enumerate(["ok", "a..b", "trail.", "x.9lead"], start=1):
+        r.metric(name, item, U32)
+    r.start()
+    for item, name in enumerate(["ok", "a..b", "trail.", "x.9lead"], start=1):
+        r.set(name, None, item)
+    return [r]
+
+
+def case_mmvbuild(d: Path) -> list[Any]:
+    """The project's real-writer fixtures: libpcp_mmv registry (v2 long names, labels) and
+    python3-pcp's pcp.mmv (v1)."""
+    capi = mmvbuild.write_capi(d / "capi", long_names=True)
+    py = mmvbuild.write_pcp_mmv(d / "pywriter", cluster=42)
+    return [capi, py]
+
+
+OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
+    "own-collide": case_collide,
+    "own-indom-alias": case_indom_alias,
+    "own-help": case_help,
+    "own-labels": case_labels,
+    "own-negative-instance": case_negative_instance,
+    "own-sentinel": case_sentinel,
+    "own-noprefix": case_noprefix,
+    "own-noprefix-order": case_noprefix_order,
+    "own-names": case_names,
+    "own-mmvbuild": case_mmvbuild,
+}
+
+CORPUS_CASES = (
+    "capi-elapsed", "capi-elapsed-running", "capi-items", "capi-large", "capi-large-v2",
+    "capi-many-files", "capi-minimal", "capi-name-clash", "capi-noflag-pidlive",
+    "capi-nometrics", "capi-process-dead", "capi-process-exited", "capi-process-live",
+    "capi-stats-wrappers", "capi-units-pad", "capi-v1-cluster-max", "capi-v1-cluster0",
+    "capi-v1-empty-indom", "capi-v1-name63", "capi-v1-noprefix", "capi-v1-sentinel",
+    "capi-v1-types", "capi-v1-types-nohelp", "capi-v1-utf8-instances", "capi-v2-longnames",
+    "capi-v2-name64", "capi-v2-utf8-long", "capi-v3-labels", "capi-v3-labels-longnames",
+    "capi-v3-onelabel", "capi1-legacy-init", "capi2-legacy-init2", "captured-KeyboardReader",
+    "captured-large-parfait", "captured-pytest", "pymmv-basic", "pymmv-process-noprefix",
+)  # fmt: skip
+"""Cases mmv-corpus writes with the writers every PCP 6.0.3 machine has (test_corpus_cases_
+are_all_compared fails when the tool's list changes).  Its Speed (Go) cases need a writer
+binary we do not build."""
+
+
+def _have_perl_mmv() -> bool:
+    try:
+        return (
+            subprocess.run(["perl", "-MPCP::MMV", "-e", "1"], capture_output=True).returncode == 0
+        )
+    except OSError:
+        return False
+
+
+PERL_CASES = ("perl-basic", "perl-process") if _have_perl_mmv() else ()
+"""mmv-corpus's PCP::MMV cases, written when libpcp-mmv-perl is installed."""
+
+# ---- the two agents ----------------------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    """One client command: output, exit status, and its wall-clock start and end."""
+
+    stdout: str
+    stderr: str
+    rc: int
+    start: float
+    end: float
+
+
+def run(argv: list[str], env: dict[str, str]) -> Ran:
+    start = time.time()
+    p = subprocess.run(argv, capture_output=True, text=True, errors="replace", env=env, timeout=120)
+    return Ran(p.stdout, p.stderr, p.returncode, start, time.time())
+
+
+class CAgent:
+    """The C reference, ``pmda_mmv.so``, in a local context over one case directory."""
+
+    def __init__(self, base: Path) -> None:
+        if not os.access(C_DSO, os.R_OK):
+            pytest.fail(f"the C reference {C_DSO} is missing (Debian package pcp)")
+        self.pmns = base / "root_mmv"
+        self.pmns.write_text("root {\n    mmv\t70:*:*\n}\n")
+
+    def run(self, case: Path, tool: str, *args: str) -> Ran:
+        local = ["-n", str(self.pmns), "-L", "-Kclear", f"-Kadd,70,{C_DSO},mmv_init"]
+        return run([tool, *local, *args], dict(CLIENT_ENV, PCP_TMP_DIR=str(case)))
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not yet a zombie (pmcd, its parent, reaps it later)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class OurAgent:
+    """pmda-mmv under a private pmcd, serving the directory behind the symlink ``current``."""
+
+    def __init__(self, base: Path) -> None:
+        self.empty = make_dir(base / "empty")
+        self.link = base / "current"
+        self.link.symlink_to(self.empty)
+        self.pmcd = PrivatePmcd(base / "pmcd", [our_agent(self.link)])
+
+    def agents(self) -> list[psutil.Process]:
+        """The agent processes pmcd runs now (not zombies)."""
+        procs = []
+        for pid in self.pmcd.agent_processes():
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                continue
+        return [p for p in procs if _alive(p)]
+
+    def serve(self, mmv_dir: Path) -> None:
+        """Restart the agent on ``mmv_dir`` (a fresh agent per case, as each C command is)."""
+        old = self.agents()
+        for proc in old:
+            proc.terminate()
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in old) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.link.unlink()
+        self.link.symlink_to(mmv_dir)
+        self.run("pmprobe", "mmv.control.files")  # pmcd notices the agent has gone
+        self.pmcd.sighup()  # restarts it and waits until it serves mmv
+        new = self.agents()
+        assert new and not {p.pid for p in old} & {p.pid for p in new}
+
+    def run(self, tool: str, *args: str) -> Ran:
+        return run([tool, "-h", self.pmcd.host, *args], CLIENT_ENV)
+
+
+# ---- one comparison ------------------------------------------------------------------------
+
+
+@dataclass
+class Compared:
+    """Both agents' answers for one case, and their differences.  ``info`` is from
+    ``pminfo -dfTlt``; ``window_us`` is the time from the start of the C command to the end
+    of ours, per command (bounds values that advance on their own)."""
+
+    case: str
+    c_tree: Ran
+    ours_tree: Ran
+    c_info: dict[str, Block]
+    ours_info: dict[str, Block]
+    c_pmids: dict[str, str]
+    ours_pmids: dict[str, str]
+    c_probe: dict[str, str]
+    ours_probe: dict[str, str]
+    requested: set[int]
+    sentinel: bool
+    diffs: list[Diff] = field(default_factory=list)
+    window_us: dict[str, float] = field(default_factory=dict)
+
+    def c_cluster(self, name: str) -> int | None:
+        pmid = self.c_pmids.get(name)
+        return int(pmid.split(".")[1]) if pmid else None
+
+    def ours_cluster(self, name: str) -> int | None:
+        pmid = self.ours_pmids.get(name)
+        return int(pmid.split(".")[1]) if pmid else None
+
+
+def listed(r: Ran) -> list[str]:
+    return [line for line in r.stdout.splitlines() if line.startswith("mmv.")]
+
+
+def headers(mmv_dir: Path) -> list[tuple[int, int]]:
+    """(cluster, flags) from the header of each MMV file in the directory that both agents
+    serve (they drop MMV_FLAG_PROCESS files whose writer is gone)."""
+    out = []
+    for path in sorted(mmv_dir.iterdir()):
+        head = path.read_bytes()[: fmt.HEADER_SIZE]
+        if len(head) == fmt.HEADER_SIZE:
+            _, _, _, _, _, flags, pid, cluster = fmt.HEADER.unpack(head)
+            if not (flags & fmt.FLAG_PROCESS and pid and not psutil.pid_exists(pid)):
+                out.append((cluster, flags))
+    return out
+
+
+def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
+    """Run every command on both sides (C first) and list the differences."""
+    c_tree, ours_tree = c.run(case, "pminfo", "mmv"), ours.run("pminfo", "mmv")
+    c_names, o_names = set(listed(c_tree)), set(listed(ours_tree))
+    names = sorted(c_names | o_names)
+    out: dict[str, tuple[str, str]] = {}
+    window: dict[str, float] = {}
+    for tool, opt in (("pminfo", "-dfTlt"), ("pminfo", "-x"), ("pminfo", "-m"), ("pmprobe", "-I")):
+        cr, orr = c.run(case, tool, opt, *names), ours.run(tool, opt, *names)
+        out[opt] = cr.stdout, orr.stdout
+        window[opt] = (orr.end - cr.start) * 1e6
+    hdrs = headers(case / "mmv")
+    c_info, o_info = map(parse_info, out["-dfTlt"])
+    c_pmids, o_pmids = map(parse_pmids, out["-m"])
+    c_probe, o_probe = map(parse_probe, out["-I"])
+    r = Compared(
+        *(case.name, c_tree, ours_tree, c_info, o_info, c_pmids, o_pmids, c_probe, o_probe),
+        requested={cl for cl, _ in hdrs if cl},
+        sentinel=any(fl & fmt.FLAG_SENTINEL for _, fl in hdrs),
+        window_us=window,
+    )
+    r.diffs = [
+        Diff("pminfo mmv", n, "listed", n in c_names, n in o_names)
+        for n in names
+        if (n in c_names) != (n in o_names)
+    ]
+    r.diffs += diff_blocks("pminfo -dfTlt", r.c_info, r.ours_info)
+    r.diffs += diff_blocks("pminfo -x", *(parse_info(text) for text in out["-x"]))
+    r.diffs += diff_maps("pminfo -m", "pmid", r.c_pmids, r.ours_pmids)
+    r.diffs += diff_maps("pmprobe -I", "instances", r.c_probe, r.ours_probe)
+    r.diffs += indom_help_diffs(c, ours, case, r)
+    return r
+
+
+def indom_pairs(r: Compared) -> set[tuple[str, str]]:
+    """(C indom, our indom) pairs, from the descriptors of the names both serve."""
+    pairs = set()
+    for name, cb in r.c_info.items():
+        ob = r.ours_info.get(name)
+        if ob and cb.indom and ob.indom and cb.indom != "PM_INDOM_NULL":
+            pairs.add((cb.indom, ob.indom))
+    return pairs
+
+
+def indom_help_diffs(c: CAgent, ours: OurAgent, case: Path, r: Compared) -> list[Diff]:
+    pairs = indom_pairs(r)
+    if not pairs:
+        return []
+    c_help = parse_indom_help(c.run(case, "pminfo", "-tT", *{ci for ci, _ in pairs}).stdout)
+    o_help = parse_indom_help(ours.run("pminfo", "-tT", *{oi for _, oi in pairs}).stdout)
+    return [
+        Diff("pminfo -tT", f"{ci}/{oi}", "indom help", c_help.get(ci), o_help.get(oi))
+        for ci, oi in sorted(pairs)
+        if c_help.get(ci) != o_help.get(oi)
+    ]
+
+
+# ---- the documented differences ----------------------------------------------------------
+
+
+def cluster_alias(d: Diff, r: Compared) -> bool:
+    """C: two files share a cluster (both ask for it, or one asked for 0 and C's auto-assign
+    picked a taken one), so their PMIDs, indoms, values, help and labels alias.  Ours: the
+    later file gets a free cluster.  Recognised by a C PMID of the name's cluster that C gives
+    two names we serve under different PMIDs."""
+    mine = r.c_cluster(d.name)
+    names: dict[str, set[str]] = {}
+    for n, pmid in r.c_pmids.items():
+        names.setdefault(pmid, set()).add(n)
+    return mine is not None and any(
+        len(ns) > 1
+        and int(pmid.split(".")[1]) == mine
+        and len({r.ours_pmids.get(n) for n in ns}) > 1
+        for pmid, ns in names.items()
+    )
+
+
+def indom_pool(d: Diff, r: Compared) -> bool:
+    """C packs ``(cluster << 11) | serial`` into 22 bits, which overflows for clusters or
+    serials of 2048 and more: the number changes, and two files' indoms can become one (C then
+    merges their instances).  Ours: such an indom gets a serial of its own from 1..2047
+    (cluster 0's range, which files never use)."""
+    cb, ob = r.c_info.get(d.name), r.ours_info.get(d.name)
+    if cb is None or ob is None or cb.indom in (None, "PM_INDOM_NULL") or ob.indom is None:
+        return False
+    if d.field == "indom":  # packed serials are (cluster >= 1) << 11: pool serials are less
+        return int(ob.indom.split(".")[1]) < 2048
+    ours = {
+        r.ours_info[n].indom
+        for n, b in r.c_info.items()
+        if b.indom == cb.indom and n in r.ours_info
+    }
+    return len(ours) > 1  # C serves one indom where we serve several: aliased
+
+
+def _subset(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(k in b and b[k] == v for k, v in a.items()) and a != b
+
+
+def _label_gain(d: Diff, r: Compared) -> tuple[bool, bool] | None:
+    """For a labels or instance_labels difference where C's labels are a subset of ours:
+    (labels of a cluster-0 writer's cluster added, instance labels C truncated added); None
+    when some added label is explained by neither (or C's are not a subset)."""
+    cb, ob = r.c_info.get(d.name), r.ours_info.get(d.name)
+    if cb is None or ob is None or not isinstance(d.c, dict) or not isinstance(d.ours, dict):
+        return None
+    metric = set(ob.labels or {})
+    cluster0 = metric - set(cb.labels or {})
+    if cluster0 and r.c_cluster(d.name) in r.requested:
+        return None  # the file asked for a cluster: C finds its cluster labels
+    if d.field == "labels":
+        return (bool(cluster0), False) if _subset(d.c, d.ours) else None
+    truncated = False
+    for inst, c_set in d.c.items():
+        o_set = d.ours.get(inst, {})
+        if c_set == o_set:
+            continue
+        own = set(o_set) - metric  # the instance's own labels
+        rest = set(o_set) - set(c_set) - cluster0
+        if not _subset(c_set, o_set) or (rest and not (rest <= own and any("." in k for k in own))):
+            return None
+        truncated |= bool(rest)
+    return bool(cluster0), truncated
+
+
+def cluster0_labels(d: Diff, r: Compared) -> bool:
+    """C compares cluster labels with the assigned cluster, but a writer that asked for
+    cluster 0 stores 0 as their identity: they never appear.  Ours: they do."""
+    gain = _label_gain(d, r) if d.field in ("labels", "instance_labels") else None
+    return gain is not None and gain[0]
+
+
+def instance_label_truncation(d: Diff, r: Compared) -> bool:
+    """C reports as many instance labels as payloads matched, so an instance whose map label
+    flattens to several labels loses the last ones (by name).  Ours: all of them."""
+    gain = _label_gain(d, r) if d.field == "instance_labels" else None
+    return gain is not None and gain[1]
+
+
+def float_sentinel(d: Diff, r: Compared) -> bool:
+    """6.0.3 compares NaN with ``==``, so SENTINEL never hides a FLOAT or DOUBLE value (fixed
+    in 6.3.1).  Ours: a NaN in a SENTINEL file is "no value"."""
+    cb = r.c_info.get(d.name)
+    if not r.sentinel or cb is None or cb.type not in ("float", "double") or not cb.values:
+        return False
+    nan = {inst for inst, v in cb.values.items() if v == "nan"}
+    if d.field == "values":
+        return bool(nan) and {i for i in d.c if d.c[i] != (d.ours or {}).get(i)} <= nan
+    if d.field == "fetch_error":
+        return d.ours == "No value(s) available!" and nan == set(cb.values)
+    if d.field == "instances":
+        kept = [f'"{i[1]}"' for i in cb.values if i is not None and i not in nan]
+        return bool(d.ours == " ".join([str(len(kept)), *kept]))
+    return False
+
+
+def nosupport_help(d: Diff, r: Compared) -> bool:
+    """C's help lookup goes through the value lookup, which answers PM_ERR_APPVERSION for a
+    NOSUPPORT metric, so its help text is PM_ERR_PMID.  Ours: the file's text (PM_ERR_TEXT
+    when it has none)."""
+    cb = r.c_info.get(d.name)
+    ok = d.field in ("oneline", "help") and d.c == BAD_PMID
+    return ok and cb is not None and cb.type == "Not Supported"
+
+
+def no_value_help(d: Diff, r: Compared) -> bool:
+    """6.0.3 finds help text through a metric's value entries, so a metric without any (on an
+    empty indom) has none: PM_ERR_PMID (fixed in 7.0).  Ours: the file's text."""
+    cb = r.c_info.get(d.name)
+    ok = d.field in ("oneline", "help") and d.c == BAD_PMID
+    return ok and cb is not None and cb.values is None and cb.type != "Not Supported"
+
+
+def indom_help(d: Diff, r: Compared) -> bool:
+    """6.0.3 never serves indom help text (7.x looks it up but compares the wrong serial).
+    Ours: the file's one-line and long text."""
+    if d.field != "indom help" or d.c != (NO_TEXT, NO_TEXT) or not d.ours:
+        return False
+    return d.ours[0] not in ("", "<empty entry>") and not d.ours[0].startswith("Error:")
+
+
+def nosupport_fetch(d: Diff, r: Compared) -> bool:
+    """Limitation, not a choice: python3-pcp 6.0.3 answers any fetch of a PM_TYPE_NOSUPPORT
+    metric with -EOPNOTSUPP before our callback's PM_ERR_APPVERSION can count.  Both are
+    errors; the message differs."""
+    cb = r.c_info.get(d.name)
+    if cb is None or cb.type != "Not Supported":
+        return False
+    appversion = "Metric not supported by this version of monitored application"
+    return (d.field, d.c, d.ours) in (
+        ("fetch_error", f"Error: {appversion}", "Error: Operation not supported"),
+        ("instances", f"-12350 {appversion}", "-95 Operation not supported"),
+    )
+
+
+def elapsed_running(d: Diff, r: Compared) -> bool:
+    """Not a difference: an ELAPSED timer still open (value.extra < 0) reads ``now`` into its
+    value; ours is read after C's, and never by more than the time in between."""
+    cb = r.c_info.get(d.name)
+    if d.field != "values" or cb is None or (cb.type, cb.units) != ("64-bit int", "microsec"):
+        return False
+    if not isinstance(d.c, dict) or not isinstance(d.ours, dict) or set(d.c) != set(d.ours):
+        return False
+    window = r.window_us[d.command.split()[-1]]
+    return all(0 <= int(d.ours[i]) - int(v) <= window for i, v in d.c.items())
+
+
+def broken_namespace(d: Diff, r: Compared) -> bool:
+    """C inserts both ``a.b`` and ``a.b.c``, which breaks every traversal of ``mmv`` ("Unknown
+    metric name") and both names.  Ours: the first is served, the second refused with a log
+    line, the rest of the tree is intact."""
+    if r.c_tree.rc == 0 or "Unknown metric name" not in r.c_tree.stderr:
+        return False
+    unknown = d.c is None or d.c == "-12357 Unknown metric name"
+    return d.field == "listed" or (d.field in ("presence", "pmid", "instances") and unknown)
+
+
+def empty_component(d: Diff, r: Compared) -> bool:
+    """C accepts metric names with empty components (``a..b``, ``trail.``), which pmns(5)
+    does not allow (every component begins with a letter).  Ours refuses them (logged)."""
+    refused = d.ours in (None, False, "-12357 Unknown metric name")
+    return bool(re.search(r"\.\.|\.$", d.name)) and refused
+
+
+KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
+    "cluster-alias": cluster_alias,
+    "indom-pool": indom_pool,
+    "cluster0-labels": cluster0_labels,
+    "instance-label-truncation": instance_label_truncation,
+    "float-sentinel": float_sentinel,
+    "nosupport-help": nosupport_help,
+    "no-value-help": no_value_help,
+    "indom-help": indom_help,
+    "nosupport-fetch": nosupport_fetch,
+    "elapsed-running": elapsed_running,
+    "broken-namespace": broken_namespace,
+    "empty-component": empty_component,
+}
+"""Every allowed difference, by the id docs/differences.md gives it."""
+
+
+def bug_indom_help(d: Diff, r: Compared) -> bool:
+    """Open bug (test_indom_without_help): indom help text the file lacks is served as
+    empty text instead of PM_ERR_TEXT."""
+    return d.field == "indom help" and d.c == (NO_TEXT, NO_TEXT) and d.ours == ("", "<empty entry>")
+
+
+def bug_empty_help(d: Diff, r: Compared) -> bool:
+    """Open bug (test_empty_help_text): help text "" in the file is served as PM_ERR_TEXT."""
+    return d.field in ("oneline", "help") and d.ours == NO_TEXT and d.c in ("", "<empty entry>")
+
+
+def bug_negative_ids(d: Diff, r: Compared) -> bool:
+    """Open bug (test_negative_instance_ids): instances with a negative internal id get no
+    value and no instance labels; everything else about the metric is equal."""
+    cb = r.c_info.get(d.name)
+    neg = {i for i in ((cb.values or {}) if cb else {}) if i and i[0] < 0}
+    if not neg or cb is None:
+        return False
+    if d.field in ("values", "instance_labels") and isinstance(d.c, dict):
+        ours = d.ours or {}
+        return set(ours) <= set(d.c) and all(k in neg or ours.get(k) == v for k, v in d.c.items())
+    kept = [f'"{i[1]}"' for i in (cb.values or {}) if i is not None and i not in neg]
+    return d.field == "instances" and d.ours == " ".join([str(len(kept)), *kept])
+
+
+BUG_KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
+    "bug-indom-help": bug_indom_help,
+    "bug-empty-help": bug_empty_help,
+    "bug-negative-ids": bug_negative_ids,
+}
+"""Open bugs: tolerated here so that the rest of each case is still compared; each has an
+``xfail(strict=True)`` test that passes once the bug is fixed (then remove both)."""
+
+
+def classify(d: Diff, r: Compared) -> str | None:
+    kinds = {**KINDS, **BUG_KINDS}
+    return next((kind for kind, allowed in kinds.items() if allowed(d, r)), None)
+
+
+def unexplained(r: Compared) -> list[str]:
+    return [str(d) for d in r.diffs if classify(d, r) is None]
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def diff_base(private_base: Path, pcp_required: None) -> Path:
+    return make_dir(private_base / "differential")
+
+
+@pytest.fixture(scope="module")
+def corpus(diff_base: Path) -> Path:
+    """``mmv-corpus OUTDIR --no-check`` (C outputs are made here, in the same run as ours)."""
+    if not CORPUS_TOOL.exists():
+        pytest.fail(f"{CORPUS_TOOL} is missing (../shared/tools)")
+    out = diff_base / "corpus"
+    argv = ["/usr/bin/python3", str(CORPUS_TOOL), str(out), "--no-check"]
+    done = subprocess.run(
+        [*argv, "--large-instances", str(LARGE_INSTANCES)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def own_cases(diff_base: Path) -> Iterator[Path]:
+    """The cases of :data:`OWN_CASES`, written by real writers in this process."""
+    out = make_dir(diff_base / "own")
+    writers = []
+    for name, write in OWN_CASES.items():
+        writers += write(make_dir(out / name / "mmv"))
+    yield out
+    for w in writers:
+        if isinstance(w, mmvbuild.Written) and hasattr(w.handle, "stop"):
+            w.handle.stop()
+
+
+@pytest.fixture(scope="module")
+def agents(diff_base: Path) -> Iterator[tuple[CAgent, OurAgent]]:
+    ours = OurAgent(diff_base)
+    ours.pmcd.start()
+    yield CAgent(diff_base), ours
+    ours.pmcd.stop()
+
+
+@pytest.fixture(scope="module")
+def compared(
+    corpus: Path, own_cases: Path, agents: tuple[CAgent, OurAgent]
+) -> Callable[[str], Compared]:
+    """``compared(case)``: both agents' answers for a case (computed once per module)."""
+    done: dict[str, Compared] = {}
+
+    def get(case: str) -> Compared:
+        if case not in done:
+            path = own_cases / case if case in OWN_CASES else corpus / case
+            assert (path / "mmv").is_dir(), f"{case}: not written"
+            agents[1].serve(path / "mmv")
+            done[case] = observe(*agents, path)
+        return done[case]
+
+    return get
+
+
+# ---- the differential test -----------------------------------------------------------------
+
+NEGATIVE_IDS = "bug: instances with negative internal ids get no values or labels (see report)"
+EMPTY_HELP = 'bug: empty help text ("") served as PM_ERR_TEXT (see report)'
+INDOM_HELP = "bug: indom help text absent from the file is served as empty text (see report)"
+NAME_ORDER = "bug: a name two files produce is won by the explicit-cluster file (see report)"
+KNOWN_BUGS = {"own-noprefix-order": NAME_ORDER}
+"""Cases whose differences are an open bug that no BUG_KINDS entry describes."""
+
+
+def _param(case: str) -> Any:
+    if case in KNOWN_BUGS:
+        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[case]))
+    return case
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in (*CORPUS_CASES, *PERL_CASES, *OWN_CASES)])
+def test_differential(case: str, compared: Callable[[str], Compared]) -> None:
+    """Every difference between the C agent and ours is one of the documented KINDS."""
+    r = compared(case)
+    assert r.ours_tree.rc == 0, r.ours_tree.stderr
+    assert "mmv.control.files" in r.ours_info and r.c_info, "nothing compared"
+    assert not unexplained(r), "\n".join(unexplained(r))
+
+
+def test_corpus_cases_are_all_compared(corpus: Path) -> None:
+    written = {p.name for p in corpus.iterdir() if (p / "mmv").is_dir()}
+    assert written == {*CORPUS_CASES, *PERL_CASES}
+
+
+# ---- one test per documented difference ------------------------------------------------------
+
+
+def values(info: dict[str, Block], name: str) -> dict[Any, str]:
+    """{instance name or None: value text} of a metric as pminfo showed it."""
+    block = info[name]
+    return {inst[1] if inst else None: v for inst, v in (block.values or {}).items()}
+
+
+def test_cluster_alias(compared: Callable[[str], Compared]) -> None:
+    """Two files asking for cluster 7 (ddd, eee), and ccc asking for 0 next to aaa (2) and
+    bbb (1): C gives eee ddd's PMIDs and values, and ccc aaa's; ours keeps every file apart."""
+    r = compared("own-collide")
+    c, ours = r.c_pmids, r.ours_pmids
+    assert c["mmv.eee.m.count"] == c["mmv.ddd.m.count"] == "70.7.1"
+    assert values(r.c_info, "mmv.eee.m.count") == values(r.c_info, "mmv.ddd.m.count")
+    assert c["mmv.ccc.m.count"] == c["mmv.aaa.m.count"] == "70.2.1"
+    assert len(set(ours.values())) == len(ours), "ours: every name has a PMID of its own"
+    assert ours["mmv.ddd.m.count"] == "70.7.1" and ours["mmv.aaa.m.count"] == "70.2.1"
+    for name, value in (("eee", "104"), ("ccc", "102")):
+        assert r.ours_cluster(f"mmv.{name}.m.count") not in (1, 2, 7)
+        assert values(r.ours_info, f"mmv.{name}.m.count") == {None: value}
+        assert r.ours_info[f"mmv.{name}.m.count"].oneline == f"{name} count"
+        assert (r.ours_info[f"mmv.{name}.m.count"].labels or {})["file"] == name
+
+
+def test_indom_pool(compared: Callable[[str], Compared]) -> None:
+    """p (cluster 1, serial 4097) and q (cluster 3, serial 1) pack to the same C indom, whose
+    instances C merges; ours gives p's indom a pool serial and keeps both instance lists."""
+    r = compared("own-indom-alias")
+    assert r.c_info["mmv.p.v"].indom == r.c_info["mmv.q.v"].indom == "70.6145"
+    assert "p0" in r.c_probe["mmv.q.v"], "C: q's instances merged into p's"
+    assert r.ours_info["mmv.q.v"].indom == "70.6145"
+    assert int(str(r.ours_info["mmv.p.v"].indom).split(".")[1]) < 2048
+    assert values(r.ours_info, "mmv.p.v") == {"p0": "1", "p1": "2"}
+    assert values(r.ours_info, "mmv.q.v") == {"q0": "3", "q5": "4"}
+    keyboard = compared("captured-KeyboardReader")  # cluster 2986: C's numbers overflow
+    ours_indoms = {str(b.indom) for b in keyboard.ours_info.values() if b.indom != "PM_INDOM_NULL"}
+    c_indoms = {str(b.indom) for b in keyboard.c_info.values() if b.indom != "PM_INDOM_NULL"}
+    assert len(ours_indoms) == len(c_indoms) > 1
+    assert all(int(i.split(".")[1]) < 2048 for i in ours_indoms)
+
+
+def test_cluster0_labels(compared: Callable[[str], Compared]) -> None:
+    """A writer asking for cluster 0: C never serves its cluster (registry) labels."""
+    r = compared("own-labels")
+    c, ours = r.c_info["mmv.lab0.c"].labels or {}, r.ours_info["mmv.lab0.c"].labels or {}
+    assert "app" not in c and "tier" not in c and c["unit"] == "ops"
+    assert ours["app"] == "lab0" and ours["tier"] == "2" and ours["unit"] == "ops"
+    assert (r.ours_info["mmv.lab0.per"].labels or {})["kind"] == "pair"
+
+
+def test_instance_label_truncation(compared: Callable[[str], Compared]) -> None:
+    """Instance p has two payloads, one a map that PCP flattens into two labels: C reports
+    two labels (the count of payloads) and drops where.row; ours reports all three."""
+    r = compared("own-labels")
+    ours = r.ours_info["mmv.lab0.per"].instance_labels[(0, "p")]
+    c = r.c_info["mmv.lab0.per"].instance_labels[(0, "p")]
+    assert {"first", "where.rack", "where.row"} <= set(ours)
+    assert "where.row" not in c and {"first", "where.rack"} <= set(c)
+    assert r.ours_info["mmv.lab0.per"].instance_labels[(1, "q")]["second"] is None
+    corpus = compared("capi-v3-labels").c_info["mmv.labels.lab.multi"].instance_labels
+    assert "ins_n" not in corpus[(1, "one")], "the corpus case shows the same loss"
+
+
+def test_float_sentinel(compared: Callable[[str], Compared]) -> None:
+    """NaN in a SENTINEL file: no value from ours, "nan" from 6.0.3; in a plain file both
+    serve the NaN."""
+    r = compared("own-sentinel")
+    for metric in ("f", "d"):
+        assert values(r.c_info, f"mmv.sent.{metric}") == {"nan": "nan", "num": "2.5"}
+        assert values(r.ours_info, f"mmv.sent.{metric}") == {"num": "2.5"}
+        assert values(r.ours_info, f"mmv.plain.{metric}") == {"nan": "nan", "num": "2.5"}
+        assert values(r.c_info, f"mmv.plain.{metric}") == {"nan": "nan", "num": "2.5"}
+
+
+def test_nosupport_help(compared: Callable[[str], Compared]) -> None:
+    r = compared("own-help")
+    assert r.c_info["mmv.helps.nosup"].type == r.ours_info["mmv.helps.nosup"].type
+    assert (r.c_info["mmv.helps.nosup"].oneline, r.c_info["mmv.helps.nosup"].help) == (
+        BAD_PMID,
+        BAD_PMID,
+    )
+    ours = r.ours_info["mmv.helps.nosup"]
+    assert (ours.oneline, ours.help) == ("not supported here", "nosup long")
+
+
+def test_no_value_help(compared: Callable[[str], Compared]) -> None:
+    """A metric on an empty indom has no value entry: 6.0.3 finds no help for it."""
+    r = compared("own-help")
+    c, ours = r.c_info["mmv.helps.on.empty"], r.ours_info["mmv.helps.on.empty"]
+    assert (c.oneline, c.help) == (BAD_PMID, BAD_PMID)
+    assert (ours.oneline, ours.help) == ("on nothing", "no instances at all")
+    assert c.values is None and ours.values is None
+
+
+def indom_help_of(r: Compared, name: str) -> tuple[Any, Any]:
+    """(C, ours) indom help of a metric's indom: (oneline, long) or None when equal."""
+    key = f"{r.c_info[name].indom}/{r.ours_info[name].indom}"
+    shown = next((d for d in r.diffs if d.field == "indom help" and d.name == key), None)
+    return (shown.c, shown.ours) if shown else (None, None)
+
+
+def test_indom_help(compared: Callable[[str], Compared]) -> None:
+    """The file's indom texts; without a long text, libpcp shows the one-line text instead
+    (its fallback for any missing long text)."""
+    r = compared("own-help")
+    assert indom_help_of(r, "mmv.helps.on.one") == (
+        (NO_TEXT, NO_TEXT),
+        ("indom one-line", "indom long text\nsecond line"),
+    )
+    assert indom_help_of(r, "mmv.helps.on.two") == (
+        (NO_TEXT, NO_TEXT),
+        ("only a one-line", "only a one-line"),
+    )
+
+
+@pytest.mark.xfail(strict=True, reason=INDOM_HELP)
+def test_indom_without_help(compared: Callable[[str], Compared]) -> None:
+    """Indom help text the file does not have is absent (PM_ERR_TEXT), as a metric's is."""
+    r = compared("own-help")
+    assert indom_help_of(r, "mmv.helps.on.three") == (None, None)
+
+
+def test_nosupport_fetch(compared: Callable[[str], Compared]) -> None:
+    """A python3-pcp 6.0.3 limitation: both sides fail the fetch, with different codes."""
+    r = compared("own-help")
+    appversion = "Metric not supported by this version of monitored application"
+    assert r.c_info["mmv.helps.nosup"].fetch_error == f"Error: {appversion}"
+    assert r.ours_info["mmv.helps.nosup"].fetch_error == "Error: Operation not supported"
+    assert r.c_probe["mmv.helps.nosup"].startswith("-12350 ")
+    assert r.ours_probe["mmv.helps.nosup"].startswith("-95 ")
+
+
+def test_elapsed_running(compared: Callable[[str], Compared]) -> None:
+    """An open ELAPSED interval reads the clock: ours (read second) is ahead by at most the
+    time between the two reads."""
+    r = compared("capi-elapsed-running")
+    timers = [n for n, b in r.c_info.items() if b.units == "microsec" and n.startswith("mmv.")]
+    moving = [d for d in r.diffs if d.field == "values"]
+    assert moving and all(d.name in timers and classify(d, r) == "elapsed-running" for d in moving)
+
+
+def test_broken_namespace(compared: Callable[[str], Compared]) -> None:
+    """Metrics a.b and a.b.c in one file: C cannot list or find any of the tree's names
+    that way; ours serves a.b (first wins), refuses a.b.c, and the rest is intact."""
+    r = compared("capi-name-clash")
+    assert r.c_tree.rc != 0 and "Unknown metric name" in r.c_tree.stderr
+    assert "mmv.clash.a.b" not in r.c_info
+    assert {"mmv.clash.a.b", "mmv.clash.ok", "mmv.control.files"} <= set(listed(r.ours_tree))
+    assert "mmv.clash.a.b.c" not in listed(r.ours_tree)
+    assert values(r.ours_info, "mmv.clash.a.b") == {None: "1"}
+    assert values(r.ours_info, "mmv.clash.ok") == values(r.c_info, "mmv.clash.ok") == {None: "3"}
+
+
+def test_empty_component(compared: Callable[[str], Compared]) -> None:
+    r = compared("own-names")
+    for name in ("mmv.names.a..b", "mmv.names.trail."):
+        assert name in listed(r.c_tree) and name not in listed(r.ours_tree)
+    for name in ("mmv.names.ok", "mmv.names.x.9lead"):
+        assert values(r.ours_info, name) == values(r.c_info, name)
+
+
+# ---- open bugs: these pass once pmda-mmv is fixed (then drop the xfail) ------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=NEGATIVE_IDS)
+def test_negative_instance_ids(compared: Callable[[str], Compared]) -> None:
+    r = compared("own-negative-instance")
+    assert values(r.ours_info, "mmv.neg.v") == {"minus5": "-50", "three": "30"}
+    assert r.ours_info["mmv.neg.v"].instance_labels[(-5, "minus5")]["sign"] == "negative"
+
+
+@pytest.mark.xfail(strict=True, reason=EMPTY_HELP)
+def test_empty_help_text(compared: Callable[[str], Compared]) -> None:
+    """pcp.mmv writes "" for absent help: C serves the empty text, pminfo shows ``[]``."""
+    r = compared("pymmv-basic")
+    block = r.ours_info["mmv.pymmv.py.multi"]
+    assert (block.oneline, block.help) == ("", "<empty entry>")
+
+
+@pytest.mark.xfail(strict=True, reason=NAME_ORDER)
+def test_name_conflict_first_in_name_order(compared: Callable[[str], Compared]) -> None:
+    r = compared("own-noprefix-order")
+    assert values(r.ours_info, "mmv.app.x") == values(r.c_info, "mmv.app.x") == {None: "1"}
+
+
+# ---- a live agent against a fresh C scan, while files change ---------------------------------
+
+
+def test_differential_follows_changes(diff_base: Path, agents: tuple[CAgent, OurAgent]) -> None:
+    """One running agent: instances added and removed by a rewrite (new generation), a file
+    removed, a file added; after each change ours equals a fresh C scan."""
+    case = make_dir(diff_base / "live")
+    mmv_dir = make_dir(case / "mmv")
+    c, ours = agents
+    keep = [Registry(mmv_dir / "gone", 51).metric("g", 1, U32).start().set("g", None, 5)]
+    live = Registry(mmv_dir / "live", 50).indom(1, [(1, "one"), (2, "two")], "live set")
+    keep.append(live.metric("v", 1, U32, indom=1).start().set("v", "one", 1).set("v", "two", 2))
+    ours.serve(mmv_dir)
+    before = observe(c, ours, case)
+    assert not unexplained(before), "\n".join(unexplained(before))
+    assert values(before.ours_info, "mmv.live.v") == {"one": "1", "two": "2"}
+
+    live = Registry(mmv_dir / "live", 50).indom(1, [(2, "two"), (3, "three")], "live set")
+    keep.append(live.metric("v", 1, U32, indom=1).start().set("v", "two", 20).set("v", "three", 3))
+    (mmv_dir / "gone").unlink()
+    keep.append(Registry(mmv_dir / "late", 52).metric("l", 1, U32).start().set("l", None, 7))
+    after = observe(c, ours, case)
+    assert not unexplained(after), "\n".join(unexplained(after))
+    assert values(after.ours_info, "mmv.live.v") == {"two": "20", "three": "3"}
+    assert "mmv.gone.g" not in after.ours_info and values(after.ours_info, "mmv.late.l")
