@@ -179,7 +179,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         ``pipe binary`` lines must not get that report."""
         self.connect_pmcd()
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
-        self.refresh_metrics(force=True)
+        self._guard(self.refresh_metrics, None)(True)
         if self.opts.notready:
             self.pmda_ready()
         self.run()

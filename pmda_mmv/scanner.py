@@ -69,7 +69,13 @@ class Changes:
         return bool(self.removed or self.added or self.states)
 
     def extend(self, other: Changes) -> None:
-        self.removed += other.removed
+        """Append ``other``; an entry added here and removed there was never served, so it
+        leaves both lists."""
+        for entry in other.removed:
+            if any(a is entry for a in self.added):
+                self.added = [a for a in self.added if a is not entry]
+            else:
+                self.removed.append(entry)
         self.added += other.added
         self.states |= other.states
 

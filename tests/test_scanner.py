@@ -272,3 +272,16 @@ def test_sample_file_values_and_many_files(d: Dir) -> None:
     d.refresh()
     clusters = [e.cluster for e in d.scanner.catalogue.files.values()]
     assert len(clusters) == 50 and len(set(clusters)) == 50
+
+
+def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> None:
+    # A file loaded and found stale in the same refresh (its writer moved on) must not reach
+    # the agent as both added and removed (tests/test_hardening.py busy writer).
+    from pmda_mmv.scanner import Changes
+
+    one().write(d.path / "a")
+    first = d.scanner.refresh()
+    (entry,) = first.added
+    later = Changes(removed=[entry])
+    first.extend(later)
+    assert first.added == [] and first.removed == []
