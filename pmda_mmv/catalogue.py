@@ -39,14 +39,22 @@ Log = Callable[[str], None]
 
 @dataclass(slots=True)
 class ServedIndom:
-    """One instance domain as served: PCP ``serial`` (domain added by the agent), instances as
-    (internal id, external name), help text and labels (JSON object text, "" when none)."""
+    """One instance domain as served: PCP ``serial`` (domain added by the agent), the file's
+    indom (instances, help), labels (JSON object text, "" when none), per-instance labels
+    and ``positions`` (unsigned instance id -> position in the value index)."""
 
     serial: int
     indom: Indom
     labels: str = ""
     notes: str = ""
     instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Instance id -> position, keyed as pmcd hands ids to python3-pcp callbacks: unsigned
+        # ("(iiI)"), so that an int32 id of -5 is found as 4294967291.
+        p = self.indom.positions
+        self.positions = p if all(k >= 0 for k in p) else {k & 0xFFFFFFFF: v for k, v in p.items()}
 
 
 @dataclass(slots=True)
@@ -67,12 +75,14 @@ class ServedMetric:
     notes: str = ""
 
     @property
-    def oneline(self) -> str:
-        return self.metric.shorthelp or ""
+    def oneline(self) -> str | None:
+        """One-line help; None when the file has none (served as PM_ERR_TEXT)."""
+        return self.metric.shorthelp
 
     @property
-    def helptext(self) -> str:
-        return self.metric.longhelp or ""
+    def helptext(self) -> str | None:
+        """Long help; None when the file has none (served as PM_ERR_TEXT)."""
+        return self.metric.longhelp
 
 
 @dataclass(slots=True)

@@ -247,12 +247,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     # -- metric table helpers (python3-pcp 6.0.3 keeps help in dicts shared with C)
 
-    def _add(self, name: str, metric: pmdaMetric, oneline: str, text: str) -> None:
-        self.add_metric(name, metric, oneline, text)
+    def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
+        self.add_metric(name, metric, oneline or "", text or "")
         pmid = metric.m_desc.pmid
-        if not oneline:
-            del self._metric_oneline[pmid]  # absent text is PM_ERR_TEXT, not ""
-        if not text:
+        if oneline is None:
+            del self._metric_oneline[pmid]  # absent text is PM_ERR_TEXT; "" is served as ""
+        if text is None:
             del self._metric_helptext[pmid]
         self.pmda_metrics[name] = metric
 
@@ -302,11 +302,14 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.by_cluster[entry.cluster] = entry
         for si in entry.indoms.values():
             insts = [pmdaInstid(i.internal, i.external) for i in si.indom.instances]
+            indom = self.indom(si.serial)
             self.add_indom(
-                pmdaIndom(self.indom(si.serial), insts),
-                si.indom.shorthelp or "",
-                si.indom.longhelp or "",
+                pmdaIndom(indom, insts), si.indom.shorthelp or "", si.indom.longhelp or ""
             )
+            if si.indom.shorthelp is None:
+                del self._indom_oneline[indom]  # absent text is PM_ERR_TEXT
+            if si.indom.longhelp is None:
+                del self._indom_helptext[indom]
         for sm in entry.metrics:
             indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
             metric = pmdaMetric(
@@ -368,7 +371,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 return wrap(decode(snap, slot))
 
             return singular
-        positions = sm.indom.indom.positions
+        positions = sm.indom.positions
 
         def instance(inst: int) -> Any:
             pos = positions.get(inst)
@@ -412,6 +415,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def instance_label(self, indom: int, inst: int, notes: int) -> str:
         si = self._indom_at(indom & 0x3FFFFF)
+        inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst  # unsigned from python3-pcp
         if si is None or inst not in si.instance_labels:
             return "{}"
         labels, optional = si.instance_labels[inst]

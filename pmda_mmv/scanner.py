@@ -214,7 +214,8 @@ class Scanner:
         return entry
 
     def _consider(self, names: list[str]) -> Changes:
-        """(Re)load the named entries whose stat changed; add explicit clusters first."""
+        """(Re)load the named entries whose stat changed and serve them in name order (names
+        are first come, first served); auto-assigned clusters avoid every requested one."""
         changes = Changes()
         opened: list[tuple[FileState, MmvFile]] = []
         for name in names:
@@ -232,7 +233,7 @@ class Scanner:
         requested = {e.mf.header.cluster for e in self.catalogue.files.values()}
         requested |= {mf.header.cluster for _, mf in opened}
         requested.discard(0)
-        for state, mf in sorted(opened, key=lambda p: (p[1].header.cluster == 0, p[0].name)):
+        for state, mf in sorted(opened, key=lambda p: p[0].name):  # first in name order wins
             self._serve(state, mf, requested - {mf.header.cluster}, changes)
         return changes
 

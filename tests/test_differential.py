@@ -15,7 +15,7 @@ and :mod:`tests.normalize` lists every field that differs in ``pminfo mmv`` (the
 listed), ``pminfo -dfTlt`` and ``pminfo -x`` of every name either side knows, ``pminfo -m``,
 ``pmprobe -I`` and ``pminfo -tT`` of every instance domain.  Each difference must be one of
 the documented :data:`KINDS` (docs/differences.md); each kind also has a test of its own,
-named after it, on a case made to show it.  Open bugs are ``xfail(strict=True)``.
+named after it, on a case made to show it.  Bugs it found are regression tests at the end.
 """
 
 from __future__ import annotations
@@ -631,10 +631,11 @@ def no_value_help(d: Diff, r: Compared) -> bool:
 
 def indom_help(d: Diff, r: Compared) -> bool:
     """6.0.3 never serves indom help text (7.x looks it up but compares the wrong serial).
-    Ours: the file's one-line and long text."""
+    Ours: the file's one-line and long text, as written (pcp.mmv writes "" for none, served
+    as empty text like a metric's)."""
     if d.field != "indom help" or d.c != (NO_TEXT, NO_TEXT) or not d.ours:
         return False
-    return d.ours[0] not in ("", "<empty entry>") and not d.ours[0].startswith("Error:")
+    return not d.ours[0].startswith("Error:")
 
 
 def nosupport_fetch(d: Diff, r: Compared) -> bool:
@@ -697,43 +698,8 @@ KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
 """Every allowed difference, by the id docs/differences.md gives it."""
 
 
-def bug_indom_help(d: Diff, r: Compared) -> bool:
-    """Open bug (test_indom_without_help): indom help text the file lacks is served as
-    empty text instead of PM_ERR_TEXT."""
-    return d.field == "indom help" and d.c == (NO_TEXT, NO_TEXT) and d.ours == ("", "<empty entry>")
-
-
-def bug_empty_help(d: Diff, r: Compared) -> bool:
-    """Open bug (test_empty_help_text): help text "" in the file is served as PM_ERR_TEXT."""
-    return d.field in ("oneline", "help") and d.ours == NO_TEXT and d.c in ("", "<empty entry>")
-
-
-def bug_negative_ids(d: Diff, r: Compared) -> bool:
-    """Open bug (test_negative_instance_ids): instances with a negative internal id get no
-    value and no instance labels; everything else about the metric is equal."""
-    cb = r.c_info.get(d.name)
-    neg = {i for i in ((cb.values or {}) if cb else {}) if i and i[0] < 0}
-    if not neg or cb is None:
-        return False
-    if d.field in ("values", "instance_labels") and isinstance(d.c, dict):
-        ours = d.ours or {}
-        return set(ours) <= set(d.c) and all(k in neg or ours.get(k) == v for k, v in d.c.items())
-    kept = [f'"{i[1]}"' for i in (cb.values or {}) if i is not None and i not in neg]
-    return d.field == "instances" and d.ours == " ".join([str(len(kept)), *kept])
-
-
-BUG_KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
-    "bug-indom-help": bug_indom_help,
-    "bug-empty-help": bug_empty_help,
-    "bug-negative-ids": bug_negative_ids,
-}
-"""Open bugs: tolerated here so that the rest of each case is still compared; each has an
-``xfail(strict=True)`` test that passes once the bug is fixed (then remove both)."""
-
-
 def classify(d: Diff, r: Compared) -> str | None:
-    kinds = {**KINDS, **BUG_KINDS}
-    return next((kind for kind, allowed in kinds.items() if allowed(d, r)), None)
+    return next((kind for kind, allowed in KINDS.items() if allowed(d, r)), None)
 
 
 def unexplained(r: Compared) -> list[str]:
@@ -803,21 +769,8 @@ def compared(
 
 # ---- the differential test -----------------------------------------------------------------
 
-NEGATIVE_IDS = "bug: instances with negative internal ids get no values or labels (see report)"
-EMPTY_HELP = 'bug: empty help text ("") served as PM_ERR_TEXT (see report)'
-INDOM_HELP = "bug: indom help text absent from the file is served as empty text (see report)"
-NAME_ORDER = "bug: a name two files produce is won by the explicit-cluster file (see report)"
-KNOWN_BUGS = {"own-noprefix-order": NAME_ORDER}
-"""Cases whose differences are an open bug that no BUG_KINDS entry describes."""
 
-
-def _param(case: str) -> Any:
-    if case in KNOWN_BUGS:
-        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[case]))
-    return case
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in (*CORPUS_CASES, *PERL_CASES, *OWN_CASES)])
+@pytest.mark.parametrize("case", [*CORPUS_CASES, *PERL_CASES, *OWN_CASES])
 def test_differential(case: str, compared: Callable[[str], Compared]) -> None:
     """Every difference between the C agent and ours is one of the documented KINDS."""
     r = compared(case)
@@ -948,7 +901,6 @@ def test_indom_help(compared: Callable[[str], Compared]) -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason=INDOM_HELP)
 def test_indom_without_help(compared: Callable[[str], Compared]) -> None:
     """Indom help text the file does not have is absent (PM_ERR_TEXT), as a metric's is."""
     r = compared("own-help")
@@ -994,17 +946,15 @@ def test_empty_component(compared: Callable[[str], Compared]) -> None:
         assert values(r.ours_info, name) == values(r.c_info, name)
 
 
-# ---- open bugs: these pass once pmda-mmv is fixed (then drop the xfail) ------------------------
+# ---- regressions: bugs the comparison found, fixed ------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NEGATIVE_IDS)
 def test_negative_instance_ids(compared: Callable[[str], Compared]) -> None:
     r = compared("own-negative-instance")
     assert values(r.ours_info, "mmv.neg.v") == {"minus5": "-50", "three": "30"}
     assert r.ours_info["mmv.neg.v"].instance_labels[(-5, "minus5")]["sign"] == "negative"
 
 
-@pytest.mark.xfail(strict=True, reason=EMPTY_HELP)
 def test_empty_help_text(compared: Callable[[str], Compared]) -> None:
     """pcp.mmv writes "" for absent help: C serves the empty text, pminfo shows ``[]``."""
     r = compared("pymmv-basic")
@@ -1012,7 +962,6 @@ def test_empty_help_text(compared: Callable[[str], Compared]) -> None:
     assert (block.oneline, block.help) == ("", "<empty entry>")
 
 
-@pytest.mark.xfail(strict=True, reason=NAME_ORDER)
 def test_name_conflict_first_in_name_order(compared: Callable[[str], Compared]) -> None:
     r = compared("own-noprefix-order")
     assert values(r.ours_info, "mmv.app.x") == values(r.c_info, "mmv.app.x") == {None: "1"}
