@@ -227,6 +227,7 @@ class PrivatePmcd:
             input=input,
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=timeout,
             env=env,
         )
