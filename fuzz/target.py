@@ -167,8 +167,8 @@ def _check_entry(entry: FileEntry) -> None:
             raise Finding(f"served metric {sm.name!r} item {sm.item}")
         names.add(sm.name)
         _check_labels(sm.labels, sm.notes)
-        for text in (sm.oneline, sm.helptext):
-            if "\0" in text:
+        for text in (sm.oneline, sm.helptext):  # None: the file has no help text
+            if text is not None and "\0" in text:
                 raise Finding(f"{sm.name}: help text with NUL")
     _check_labels(entry.labels, entry.notes)
 
