@@ -136,7 +136,9 @@ def start_agent(base: Path, *args: str) -> Agent:
     pmcd = PrivatePmcd(base / "pmcd", [our_agent(mmv_dir, "--status-metrics", *args)])
     pmcd.start()
     pids = agent_pids(pmcd)
-    assert len(pids) == 1, pids
+    if len(pids) != 1:
+        pmcd.stop()
+        raise AssertionError(f"expected one pmda-mmv process under pmcd, found {pids}")
     return Agent(pmcd, mmv_dir, pids[0])
 
 
@@ -216,10 +218,6 @@ def big_endian() -> tuple[bytes, str]:
     fields = list(fmt.HEADER.unpack_from(data))
     struct.pack_into(">" + fmt.HEADER.format[1:], data, 0, *fields)
     return bytes(data), "header.version at offset 4"
-
-
-def toc_at(b: MmvBuilder, toc_type: int, name: str) -> int:
-    return b.build().toc_at(toc_type, name)
 
 
 def corrupt_cases() -> dict[str, tuple[Callable[[], tuple[bytes, str]], str]]:
@@ -372,10 +370,7 @@ CASCADES = {
 }
 
 
-@pytest.mark.parametrize(
-    "name",
-    list(CASCADES),
-)
+@pytest.mark.parametrize("name", list(CASCADES))
 def test_one_defect_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -> None:
     section, index, fname, value = CASCADES[name]
     img = image(sample(2))
