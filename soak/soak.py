@@ -1,6 +1,7 @@
 """Soak test of pmda-mmv under a private pmcd: 100 writers churn files while a client fetches.
 
     soak/run [--minutes 10] [--procs 5] [--slots 20] [--permanent 2] [--keep]
+             [--sighup SECONDS] [--agent ours|c]
 
 Steps: start a private pmcd (tests/pmcd.py) with pmda-mmv serving its own MMV directory;
 start ``--procs`` writer processes (soak/writer.py, python3-pcp ``pcp.mmv`` on libpcp_mmv)
@@ -13,7 +14,9 @@ sample the agent a second time.
 Passes (exit 0) when the agent is the same process, no fetch failed or missed a value of a
 permanent file, the permanent counters kept moving, and descriptors, mappings and RSS are
 back near their start (limits below).  Prints and writes a JSON summary to
-soak/results/soak-<date>.json.
+soak/results/soak-<date>.json.  Each agent start logs to its own ``mmv.<pid>.log``, so that
+if pmcd restarts a dead agent the dead one's log is kept; ``--sighup`` also SIGHUPs pmcd as
+PCP's Install scripts do; ``--agent c`` runs PCP's C pmdammv instead, for comparison.
 """
 
 from __future__ import annotations
@@ -223,6 +226,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             "permanent_moved": f"{len(client.moved)}/{len(permanent)}",
             "agent_same_pid": agent_pid(pmcd) == pid,
             "pmcd_cleanups": agent_restarts(pmcd)[:10],
+            "pmcd_sighups": pmcd.pmcd_log().count("pmcd RESTARTED"),
             "start": asdict(start),
             "end": asdict(end),
             "served_files_end": pmcd.fetch("mmv.control.files")[None],
