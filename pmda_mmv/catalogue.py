@@ -41,20 +41,19 @@ Log = Callable[[str], None]
 class ServedIndom:
     """One instance domain as served: PCP ``serial`` (domain added by the agent), the file's
     indom (instances, help), labels (JSON object text, "" when none), per-instance labels
-    and ``positions`` (unsigned instance id -> position in the value index)."""
+    and ``keys`` (unsigned instance ids in the order of the value index)."""
 
     serial: int
     indom: Indom
     labels: str = ""
     notes: str = ""
     instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
-    positions: dict[int, int] = field(default_factory=dict)
+    keys: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Instance id -> position, keyed as pmcd hands ids to python3-pcp callbacks: unsigned
-        # ("(iiI)"), so that an int32 id of -5 is found as 4294967291.
-        p = self.indom.positions
-        self.positions = p if all(k >= 0 for k in p) else {k & 0xFFFFFFFF: v for k, v in p.items()}
+        # Instance ids in position order, as pmcd hands them to python3-pcp callbacks:
+        # unsigned ("(iiI)"), so that an int32 id of -5 is 4294967291.
+        self.keys = [i.internal & 0xFFFFFFFF for i in self.indom.instances]
 
 
 @dataclass(slots=True)

@@ -23,14 +23,17 @@ from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
-from .reader import NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
+from .reader import MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
 
-Fetcher = Callable[[int], Any]
+Table = Callable[[], "dict[int, Any] | None"]
 
 ERR_INST: Final = [c_api.PM_ERR_INST, 0]
 ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
+NULL: Final = c_api.PM_IN_NULL
+SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
+"""Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
 
 # The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
 RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
@@ -149,16 +152,17 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.scanner = Scanner(directory, self.catalogue, owners=opts.owners, log=self.err)
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
-        self.fetchers: dict[int, Fetcher] = {}
+        self.tables: dict[int, Table] = {}  # (cluster << 10) | item -> table builder
+        self.results: dict[int, dict[int, Any]] = {}  # this fetch's tables
         self.pmda_metrics: dict[str, pmdaMetric] = {}
         self.by_cluster: dict[int, FileEntry] = {}
         self.snaps: dict[int, Snapshot] = {}
         self.status_instances: list[FileState] = []
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
-        self.set_fetch(self._guard(self.snaps.clear, None))
+        self.set_fetch(self._guard(self.prefetch, None))
         self.set_refresh(self._guard(self.refresh_cluster, None))
-        self.set_fetch_callback(self.fetch_callback)
+        self.set_fetch_callback(self._fetch_callback())
         self.set_store_callback(self._guard(self.store_callback, c_api.PM_ERR_PERMISSION))
         self.set_label(self._guard(lambda i, t: self.label(i, t, 0), "{}"))
         self.set_notes(self._guard(lambda i, t: self.label(i, t, 1), "{}"))
@@ -212,13 +216,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 none,
             )
             self._add(f"{self.opts.prefix}.{name}", metric, oneline, text)
-        self.fetchers[RELOAD] = lambda inst: [int(self.scanner.pending), 1]
-        self.fetchers[DEBUG] = lambda inst: [self.debug_value, 1]
-        self.fetchers[FILES] = lambda inst: [len(self.catalogue.files), 1]
-        self.fetchers[METRICS] = lambda inst: [
-            sum(len(e.metrics) for e in self.catalogue.files.values()),
-            1,
-        ]
+        self.tables[RELOAD] = lambda: {NULL: [int(self.scanner.pending), 1]}
+        self.tables[DEBUG] = lambda: {NULL: [self.debug_value, 1]}
+        self.tables[FILES] = lambda: {NULL: [len(self.catalogue.files), 1]}
+        self.tables[METRICS] = lambda: {
+            NULL: [sum(len(e.metrics) for e in self.catalogue.files.values()), 1]
+        }
         if self.opts.status_metrics:
             self._add_status_metrics(none)
 
@@ -230,16 +233,11 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 self.pmid(CONTROL_CLUSTER, item), ptype, indom, c_api.PM_SEM_INSTANT, none
             )
             self._add(f"{self.opts.prefix}.{name}", metric, oneline, oneline)
-            self.fetchers[item] = self._status_fetcher(get)
+            self.tables[item] = self._status_table(get)
 
-    def _status_fetcher(self, get: Callable[[FileState], object]) -> Fetcher:
-        def fetch(inst: int) -> Any:
-            for state in self.scanner.states.values():
-                if state.instance == inst:
-                    return [get(state), 1]
-            return ERR_INST
-
-        return fetch
+    def _status_table(self, get: Callable[[FileState], object]) -> Table:
+        states = self.scanner.states
+        return lambda: {s.instance: [get(s), 1] for s in states.values()}
 
     def _update_status_indom(self) -> None:
         insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
@@ -291,7 +289,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def _unserve(self, entry: FileEntry) -> None:
         for sm in entry.metrics:
             self._remove(sm.name)
-            self.fetchers.pop((sm.cluster << 10) | sm.item, None)
+            self.tables.pop((sm.cluster << 10) | sm.item, None)
         for si in entry.indoms.values():
             self._drop_indom(self.indom(si.serial))
         if self.by_cluster.get(entry.cluster) is entry:
@@ -316,9 +314,17 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 self.pmid(sm.cluster, sm.item), sm.type, indom, sm.semantics, _units(sm.units)
             )
             self._add(sm.name, metric, sm.oneline, sm.helptext)
-            self.fetchers[(sm.cluster << 10) | sm.item] = self._fetcher(entry, sm)
+            self.tables[(sm.cluster << 10) | sm.item] = self._file_table(entry, sm)
 
     # -- fetch
+    #
+    # Per fetch: prefetch clears the tables; refresh_cluster takes one snapshot per file
+    # asked for; the first value asked of a metric builds its whole table {instance: result}
+    # from the snapshot in bulk (MmvFile.column); every value is then one dict lookup.
+
+    def prefetch(self) -> None:
+        self.results.clear()
+        self.snaps.clear()
 
     def refresh_cluster(self, cluster: int) -> None:
         """Once per cluster per fetch: one consistent snapshot of that file's values."""
@@ -334,53 +340,55 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             if entry is not None:
                 self.snaps[cluster] = entry.mf.snapshot()
 
-    def fetch_callback(self, cluster: int, item: int, inst: int) -> Any:
-        """One value: ``[value, 1]``, ``[PM_ERR_*, 0]``, or None for "no value"."""
-        fetcher = self.fetchers.get((cluster << 10) | item)
-        if fetcher is None:
-            return [c_api.PM_ERR_PMID, 0]
-        try:
-            return fetcher(inst)
-        except Exception as e:
-            self.log_line(f"fetch {cluster}.{item}[{inst}]: {type(e).__name__}: {e}")
-            return ERR_AGAIN
+    def _fetch_callback(self) -> Callable[[int, int, int], Any]:
+        """The per-value callback: one lookup in this fetch's tables, else :meth:`fetch_miss`."""
+        results, miss = self.results, self.fetch_miss
 
-    def _fetcher(self, entry: FileEntry, sm: ServedMetric) -> Fetcher:
-        """The per-metric value reader: index, decode, wrap; nothing else per value."""
+        def fetch_callback(cluster: int, item: int, inst: int) -> Any:
+            try:
+                return results[(cluster << 10) | item][inst]
+            except KeyError:
+                return miss(cluster, item, inst)
+
+        return fetch_callback
+
+    def fetch_miss(self, cluster: int, item: int, inst: int) -> Any:
+        """Build the metric's table for this fetch, or answer PM_ERR_PMID / PM_ERR_INST /
+        PM_ERR_AGAIN (snapshot unavailable or the build failed, logged)."""
+        key = (cluster << 10) | item
+        table = self.results.get(key)
+        if table is None:
+            build = self.tables.get(key)
+            if build is None:
+                return [c_api.PM_ERR_PMID, 0]
+            try:
+                table = build()
+            except Exception as e:
+                self.log_line(f"fetch {cluster}.{item}: {type(e).__name__}: {e}")
+                return ERR_AGAIN
+            if table is None:
+                return ERR_AGAIN
+            self.results[key] = table
+        return table.get(inst, ERR_INST)
+
+    def _file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
+        """The table builder of one file metric: {unsigned instance id: result}."""
+        keys = sm.indom.keys if sm.indom else [c_api.PM_IN_NULL]
         if sm.metric.type == fmt.TYPE_NOSUPPORT:
-            return lambda inst: [c_api.PM_ERR_APPVERSION, 0]
-        decode = entry.mf.decoder(sm.metric.type)
-        slots = sm.metric.slots
-        snaps = self.snaps
-        cluster = sm.cluster
+            return lambda: {k: [c_api.PM_ERR_APPVERSION, 0] for k in keys}
+        column, metric, snaps, cluster = entry.mf.column, sm.metric, self.snaps, sm.cluster
 
-        def wrap(value: object) -> Any:
-            if value is NO_VALUE:
-                return None
-            if value is UNSUPPORTED:
-                return [c_api.PM_ERR_VALUE, 0]
-            return [value, 1]
-
-        if sm.indom is None:
-            slot = slots[0]
-
-            def singular(inst: int) -> Any:
-                snap = snaps.get(cluster)
-                if slot < 0 or snap is None:
-                    return ERR_INST if slot < 0 else ERR_AGAIN
-                return wrap(decode(snap, slot))
-
-            return singular
-        positions = sm.indom.positions
-
-        def instance(inst: int) -> Any:
-            pos = positions.get(inst)
-            if pos is None or slots[pos] < 0:
-                return ERR_INST
+        def build() -> dict[int, Any] | None:
             snap = snaps.get(cluster)
-            return ERR_AGAIN if snap is None else wrap(decode(snap, slots[pos]))
+            if snap is None:
+                return None
+            values = column(snap, metric)
+            if MISSING in values or NO_VALUE in values or UNSUPPORTED in values:
+                pairs = zip(keys, values, strict=True)
+                return {k: SPECIAL.get(v, [v, 1]) for k, v in pairs if v is not MISSING}  # type: ignore[call-overload]
+            return dict(zip(keys, [[v, 1] for v in values], strict=True))
 
-        return instance
+        return build
 
     # -- store
 

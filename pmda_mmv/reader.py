@@ -189,10 +189,23 @@ class Metric:
     longhelp: str | None
     offset: int
     slots: array[int] = field(default_factory=lambda: array("q"))
+    stride: int = 0
 
     @property
     def value_count(self) -> int:
         return sum(1 for s in self.slots if s >= 0)
+
+    def find_stride(self) -> None:
+        """Set ``stride`` when every instance has a value and the value entries are evenly
+        spaced and 8-byte aligned in the span (libpcp_mmv writes a metric's values in
+        instance order), so that :meth:`MmvFile.column` can read them in one slice."""
+        s = self.slots
+        if not s:
+            self.stride = 0
+            return
+        step = s[1] - s[0] if len(s) > 1 else fmt.VALUE_SIZE
+        ok = step > 0 and step % 8 == 0 and s[0] % 8 == 0
+        self.stride = step if ok and all(s[i] == s[0] + i * step for i in range(len(s))) else 0
 
 
 @dataclass(slots=True)
@@ -371,17 +384,31 @@ class MmvFile:
         :data:`UNSUPPORTED` for NOSUPPORT (and any type this reader does not serve)."""
         return _decoder(self, mtype)
 
+    def column(self, snap: Snapshot, metric: Metric) -> list[object]:
+        """The values of ``metric`` in ``snap``, by instance position (one for a singular
+        metric): int, float or str, :data:`NO_VALUE`, :data:`UNSUPPORTED`, or
+        :data:`MISSING` where the file has no value entry.  Numeric metrics whose value
+        entries are evenly spaced are read with one slice of the snapshot."""
+        code = _CAST.get(metric.type)
+        data = snap.data
+        if code is None or snap.sentinel or not metric.stride or len(data) % 8:
+            decode = self.decoder(metric.type)
+            return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]
+        view = memoryview(data).cast(code)  # type: ignore[call-overload]
+        first, step = metric.slots[0] // view.itemsize, metric.stride // view.itemsize
+        values: list[object] = view[first : first + step * len(metric.slots) : step].tolist()
+        return values
+
     def values(
         self, snap: Snapshot | None = None
     ) -> Iterator[tuple[Metric, Instance | None, object]]:
         """Every (metric, instance or None, value) currently held, in file order."""
         snap = snap or self.snapshot()
         for metric in self.metrics:
-            decode = self.decoder(metric.type)
             insts = self.indoms[metric.indom].instances if metric.indom is not None else [None]
-            for pos, slot in enumerate(metric.slots):
-                if slot >= 0:
-                    yield metric, insts[pos], decode(snap, slot)
+            for pos, value in enumerate(self.column(snap, metric)):
+                if value is not MISSING:
+                    yield metric, insts[pos], value
 
 
 class _Absent:
@@ -398,6 +425,18 @@ NO_VALUE: Final = _Absent("NO_VALUE")
 """The SENTINEL flag marks this value as absent."""
 UNSUPPORTED: Final = _Absent("UNSUPPORTED")
 """The metric's type is NOSUPPORT: the writer has no value to give."""
+MISSING: Final = _Absent("MISSING")
+"""The file has no value entry for this instance of the metric."""
+
+_CAST: Final = {
+    fmt.TYPE_I32: "i",
+    fmt.TYPE_U32: "I",
+    fmt.TYPE_I64: "q",
+    fmt.TYPE_U64: "Q",
+    fmt.TYPE_FLOAT: "f",
+    fmt.TYPE_DOUBLE: "d",
+}
+"""memoryview formats of the numeric types read in bulk (native, first bytes of the union)."""
 
 
 def _decoder(mf: MmvFile, mtype: int) -> Callable[[Snapshot, int], object]:
@@ -580,6 +619,8 @@ class _Parser:
             self.values(toc)
         for toc in by_type.get(fmt.TOC_LABELS, []):
             self.labels(toc, header)
+        for metric in self.mf.metrics:
+            metric.find_stride()
         return header
 
     # -- header and TOC (fatal)

@@ -1066,3 +1066,53 @@ def test_pcp_testsuite_captures(captured_files: dict[str, Path], name: str) -> N
         values = list(mf.values())
         assert len(values) == mf.value_count
         assert all(v is not UNSUPPORTED for m, _, v in values if m.type != fmt.TYPE_NOSUPPORT)
+
+
+# -- bulk reads (MmvFile.column) ----------------------------------------------------------------
+
+
+def test_metric_on_an_empty_indom_loads_with_an_empty_column(load: Loader) -> None:
+    # Regression: an empty value index made the stride check index an empty array.
+    b = MmvBuilder(cluster=3)
+    b.indoms.append(Indom(4, []))
+    b.metrics += [Metric("empty", 1, indom=4), Metric("one", 2)]
+    b.values.append(Value("one", None, 9))
+    mf, _ = load(b)
+    empty, one = mf.metrics
+    assert (empty.stride, mf.column(mf.snapshot(), empty)) == (0, [])
+    assert mf.column(mf.snapshot(), one) == [9]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("sentinel", [False, True], ids=["plain", "sentinel"])
+def test_column_equals_one_by_one_decoding(load: Loader, version: int, sentinel: bool) -> None:
+    b = sample(version)
+    b.flags = fmt.FLAG_SENTINEL if sentinel else 0
+    mf, _ = load(b)
+    snap = mf.snapshot()
+    strided = [m for m in mf.metrics if m.stride]
+    assert strided, "the sample's metrics should take the bulk path"
+    for m in mf.metrics:
+        decode = mf.decoder(m.type)
+        one_by_one = [decode(snap, s) for s in m.slots]
+        assert mf.column(snap, m) == one_by_one, m.name
+
+
+def test_column_with_scattered_and_missing_values(load: Loader) -> None:
+    b = MmvBuilder(cluster=3)
+    b.indoms.append(Indom(4, [Instance(0, "a"), Instance(1, "b"), Instance(2, "c")]))
+    b.metrics += [Metric("m", 1, fmt.TYPE_I64, indom=4), Metric("n", 2, indom=4)]
+    # values interleaved across metrics, and no value for m[b]
+    b.values += [
+        Value("m", 2, -3),
+        Value("n", 0, 1),
+        Value("m", 0, -1),
+        Value("n", 1, 2),
+        Value("n", 2, 3),
+    ]
+    mf, _ = load(b)
+    m, n = mf.metrics
+    from pmda_mmv.reader import MISSING
+
+    assert m.stride == 0 and mf.column(mf.snapshot(), m) == [-1, MISSING, -3]
+    assert mf.column(mf.snapshot(), n) == [1, 2, 3]
