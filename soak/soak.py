@@ -129,6 +129,15 @@ def agent_spec(mmv_dir: Path) -> AgentSpec:
     return AgentSpec(spec.name, spec.domain, ("/bin/sh", "-c", f"exec {script}"), notready=True)
 
 
+def rss_loop(pid: int, every: float, client: Client, series: list[int]) -> None:
+    """Sample the agent's RSS (KiB) every ``every`` seconds while the client runs."""
+    while not client.done.wait(every):
+        try:
+            series.append(psutil.Process(pid).memory_info().rss >> 10)
+        except psutil.Error:
+            return
+
+
 def sighup_loop(pmcd: PrivatePmcd, every: float, client: Client) -> None:
     """SIGHUP this pmcd every ``every`` seconds, as PCP's Install/Remove scripts
     (``pmsignal -a -s HUP pmcd``) do to every pmcd on the machine."""
@@ -190,10 +199,15 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         client.failures.clear()
         start = Sample.of(pid)
         thread = threading.Thread(target=client.loop, daemon=True)
+        rss_series: list[int] = []
+        sampler = threading.Thread(
+            target=rss_loop, args=(pid, 30.0, client, rss_series), daemon=True
+        )
         hups = threading.Thread(target=sighup_loop, args=(pmcd, a.sighup, client), daemon=True)
         began = time.monotonic()
         tell(writers, "go")
         thread.start()
+        sampler.start()
         if a.sighup:
             hups.start()
         churn = []
@@ -227,6 +241,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             "agent_same_pid": agent_pid(pmcd) == pid,
             "pmcd_cleanups": agent_restarts(pmcd)[:10],
             "pmcd_sighups": pmcd.pmcd_log().count("pmcd RESTARTED"),
+            "rss_kib_every_30s": rss_series,
             "start": asdict(start),
             "end": asdict(end),
             "served_files_end": pmcd.fetch("mmv.control.files")[None],
