@@ -592,18 +592,26 @@ def _libpcp_mmv() -> ctypes.CDLL:
 L_STRING, L_NUMBER = 1, 2  # mmv_stats_add_*_label value types (MMV_STRING_TYPE, ...)
 
 
+class CStrings:
+    """``b(text)``: text as bytes for a libpcp_mmv call, kept alive as long as this object
+    (the library keeps the pointers); None stays None."""
+
+    def __init__(self) -> None:
+        self.kept: list[bytes] = []
+
+    def __call__(self, text: str | None) -> bytes | None:
+        if text is None:
+            return None
+        self.kept.append(text.encode())
+        return self.kept[-1]
+
+
 def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool = False) -> Written:
     """Write ``path`` with libpcp_mmv's registry API via ctypes, with labels of every kind
     (so the library writes MMV v3).  ``long_names`` adds 64+ byte metric and instance
     names.  ``handle`` is (library, registry, mapped address)."""
     lib = _libpcp_mmv()
-    keep: list[bytes] = []
-
-    def b(s: str | None) -> bytes | None:
-        if s is None:
-            return None
-        keep.append(s.encode())
-        return keep[-1]
+    b = CStrings()
 
     reg = lib.mmv_stats_registry(b(str(path)), cluster, flags)
     long_inst = "i" * 70 if long_names else "third"
@@ -645,5 +653,5 @@ def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool =
         lib.mmv_set_value(addr, lib.mmv_lookup_value_desc(addr, b("c.count"), b(name)), iid * 10)
         values[("c.count", name)] = iid * 10
     return Written(
-        path, cluster, flags, spec, {9: insts}, values, labels, handle=(lib, reg, addr, keep)
+        path, cluster, flags, spec, {9: insts}, values, labels, handle=(lib, reg, addr, b)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pmda_mmv import format as fmt
-from tests.mmvbuild import COUNT, L_NUMBER, L_STRING, MSEC, _libpcp_mmv, _Units
+from tests.mmvbuild import COUNT, L_NUMBER, L_STRING, MSEC, CStrings, _libpcp_mmv, _Units
 
 CLUSTER = 321
 SERIAL = 7
@@ -68,13 +68,7 @@ def write_fleet(path: Path) -> FleetFile:
     set its values; raises RuntimeError when the library refuses a step, OSError when
     libpcp_mmv cannot be loaded."""
     lib = _libpcp_mmv()
-    keep: list[bytes] = []
-
-    def b(s: str | None) -> bytes | None:
-        if s is None:
-            return None
-        keep.append(s.encode())
-        return keep[-1]
+    b = CStrings()
 
     instances = [(1, "alpha"), (2, "beta"), (3, "gamma")]
     metrics = {
@@ -131,7 +125,7 @@ def write_fleet(path: Path) -> FleetFile:
                 lib.mmv_set_string(addr, desc, b(value), len(value))
             else:
                 lib.mmv_set_value(addr, desc, float(value))
-    ff.handle = (lib, reg, addr, keep)
+    ff.handle = (lib, reg, addr, b)
     return ff
 
 
