@@ -490,6 +490,28 @@ def _render_dump(doc: Doc) -> list[str]:
 # -- commands -------------------------------------------------------------------------------
 
 
+def _json(obj: object) -> str:
+    """JSON text; ``\\uXXXX`` escapes only when a name holds bytes that are not UTF-8."""
+    text = json.dumps(obj, indent=1, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, indent=1)
+    return text
+
+
+def _write(out: TextIO, text: str) -> None:
+    """Write ``text``; bytes of instance names that are not UTF-8 go out as they are in the
+    file (as mmvdump prints them)."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(text)
+        return
+    out.flush()
+    buffer.write(text.encode("utf-8", "surrogateescape"))
+    buffer.flush()
+
+
 def _exit_status(results: Sequence[Doc]) -> int:
     return 0 if all(r["status"] == OK for r in results) else 1
 
@@ -499,10 +521,10 @@ def check(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     files, results = expand(paths)
     results += [check_file(f) for f in files]
     if as_json:
-        out.write(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+        out.write(_json(results) + "\n")
     else:
         for r in results:
-            out.write("\n".join(render_check(r)) + "\n")
+            _write(out, "\n".join(render_check(r)) + "\n")
     return _exit_status(results)
 
 
@@ -510,9 +532,9 @@ def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     """``pmda-mmv dump``: print everything in each file; return the exit status."""
     docs = [describe(p) for p in paths]
     if as_json:
-        out.write(json.dumps(docs, indent=1, ensure_ascii=False) + "\n")
+        out.write(_json(docs) + "\n")
     else:
-        out.write("\n\n".join("\n".join(_render_dump(d)) for d in docs) + "\n")
+        _write(out, "\n\n".join("\n".join(_render_dump(d)) for d in docs) + "\n")
     return _exit_status(docs)
 
 

@@ -27,7 +27,10 @@ from .reader import MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
 
-Table = Callable[[], "dict[int, Any] | None"]
+Values = dict[int, Any] | list[Any]
+"""One metric's values in one fetch, by (unsigned) instance id: a list when the ids are
+0..n-1.  Only plain values: anything else is in the table's second part."""
+Table = Callable[[], "tuple[Values, dict[int, Any]] | None"]
 
 ERR_INST: Final = [c_api.PM_ERR_INST, 0]
 ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
@@ -153,7 +156,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
         self.tables: dict[int, Table] = {}  # (cluster << 10) | item -> table builder
-        self.results: dict[int, dict[int, Any]] = {}  # this fetch's tables
+        self.results: dict[int, dict[int, Values]] = {}  # this fetch's: cluster -> item -> values
+        self.special: dict[int, dict[int, Any]] = {}  # this fetch's other results, by key
         self.pmda_metrics: dict[str, pmdaMetric] = {}
         self.by_cluster: dict[int, FileEntry] = {}
         self.snaps: dict[int, Snapshot] = {}
@@ -216,12 +220,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 none,
             )
             self._add(f"{self.opts.prefix}.{name}", metric, oneline, text)
-        self.tables[RELOAD] = lambda: {NULL: [int(self.scanner.pending), 1]}
-        self.tables[DEBUG] = lambda: {NULL: [self.debug_value, 1]}
-        self.tables[FILES] = lambda: {NULL: [len(self.catalogue.files), 1]}
-        self.tables[METRICS] = lambda: {
-            NULL: [sum(len(e.metrics) for e in self.catalogue.files.values()), 1]
-        }
+        self.tables[RELOAD] = lambda: ({NULL: int(self.scanner.pending)}, {})
+        self.tables[DEBUG] = lambda: ({NULL: self.debug_value}, {})
+        self.tables[FILES] = lambda: ({NULL: len(self.catalogue.files)}, {})
+        self.tables[METRICS] = lambda: (
+            {NULL: sum(len(e.metrics) for e in self.catalogue.files.values())},
+            {},
+        )
         if self.opts.status_metrics:
             self._add_status_metrics(none)
 
@@ -237,7 +242,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _status_table(self, get: Callable[[FileState], object]) -> Table:
         states = self.scanner.states
-        return lambda: {s.instance: [get(s), 1] for s in states.values()}
+        return lambda: ({s.instance: get(s) for s in states.values()}, {})
 
     def _update_status_indom(self) -> None:
         insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
@@ -299,7 +304,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def _serve(self, entry: FileEntry) -> None:
         self.by_cluster[entry.cluster] = entry
         for si in entry.indoms.values():
-            insts = [pmdaInstid(i.internal, i.external) for i in si.indom.instances]
+            insts = [_instid(i.internal, i.external) for i in si.indom.instances]
             indom = self.indom(si.serial)
             self.add_indom(
                 pmdaIndom(indom, insts), si.indom.shorthelp or "", si.indom.longhelp or ""
@@ -324,6 +329,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def prefetch(self) -> None:
         self.results.clear()
+        self.special.clear()
         self.snaps.clear()
 
     def refresh_cluster(self, cluster: int) -> None:
@@ -341,52 +347,68 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 self.snaps[cluster] = entry.mf.snapshot()
 
     def _fetch_callback(self) -> Callable[[int, int, int], Any]:
-        """The per-value callback: one lookup in this fetch's tables, else :meth:`fetch_miss`."""
+        """The per-value callback: one lookup in this fetch's values, else
+        :meth:`fetch_miss` (the first value of each metric, and anything not a value)."""
         results, miss = self.results, self.fetch_miss
 
         def fetch_callback(cluster: int, item: int, inst: int) -> Any:
             try:
-                return results[(cluster << 10) | item][inst]
-            except KeyError:
+                return [results[cluster][item][inst], 1]
+            except LookupError:
                 return miss(cluster, item, inst)
 
         return fetch_callback
 
     def fetch_miss(self, cluster: int, item: int, inst: int) -> Any:
-        """Build the metric's table for this fetch, or answer PM_ERR_PMID / PM_ERR_INST /
-        PM_ERR_AGAIN (snapshot unavailable or the build failed, logged)."""
+        """Build the metric's table for this fetch, or answer the instance's non-value
+        result, PM_ERR_PMID, PM_ERR_INST or PM_ERR_AGAIN (snapshot unavailable or the
+        build failed, logged)."""
         key = (cluster << 10) | item
-        table = self.results.get(key)
-        if table is None:
+        tables = self.results.setdefault(cluster, {})
+        if item not in tables:
             build = self.tables.get(key)
             if build is None:
                 return [c_api.PM_ERR_PMID, 0]
             try:
-                table = build()
+                built = build()
             except Exception as e:
                 self.log_line(f"fetch {cluster}.{item}: {type(e).__name__}: {e}")
                 return ERR_AGAIN
-            if table is None:
+            if built is None:
                 return ERR_AGAIN
-            self.results[key] = table
-        return table.get(inst, ERR_INST)
+            tables[item], special = built
+            if special:
+                self.special[key] = special
+            try:
+                return [tables[item][inst], 1]
+            except LookupError:
+                pass
+        return self.special.get(key, {}).get(inst, ERR_INST)
 
     def _file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
-        """The table builder of one file metric: {unsigned instance id: result}."""
+        """The table builder of one file metric: (values, other results) by unsigned
+        instance id."""
         keys = sm.indom.keys if sm.indom else [c_api.PM_IN_NULL]
         if sm.metric.type == fmt.TYPE_NOSUPPORT:
-            return lambda: {k: [c_api.PM_ERR_APPVERSION, 0] for k in keys}
-        column, metric, snaps, cluster = entry.mf.column, sm.metric, self.snaps, sm.cluster
+            return lambda: ({}, {k: [c_api.PM_ERR_APPVERSION, 0] for k in keys})
+        mf, metric, snaps, cluster = entry.mf, sm.metric, self.snaps, sm.cluster
+        dense = keys == list(range(len(keys)))
 
-        def build() -> dict[int, Any] | None:
+        def build() -> tuple[Values, dict[int, Any]] | None:
             snap = snaps.get(cluster)
             if snap is None:
                 return None
-            values = column(snap, metric)
-            if MISSING in values or NO_VALUE in values or UNSUPPORTED in values:
-                pairs = zip(keys, values, strict=True)
-                return {k: SPECIAL.get(v, [v, 1]) for k, v in pairs if v is not MISSING}  # type: ignore[call-overload]
-            return dict(zip(keys, [[v, 1] for v in values], strict=True))
+            values = mf.column(snap, metric)
+            if mf.sliced(snap, metric):
+                return (values if dense else dict(zip(keys, values, strict=True))), {}
+            plain: dict[int, Any] = {}
+            special: dict[int, Any] = {}
+            for k, v in zip(keys, values, strict=True):
+                if v is NO_VALUE or v is UNSUPPORTED:
+                    special[k] = SPECIAL[v]
+                elif v is not MISSING:
+                    plain[k] = v
+            return plain, special
 
         return build
 
@@ -445,6 +467,14 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                     if si.serial == serial:
                         return si
         return None
+
+
+def _instid(internal: int, external: str) -> pmdaInstid:
+    """A pmdaInstid naming the instance with the file's bytes (pmdaInstid itself encodes
+    strictly, and an external name need not be UTF-8)."""
+    inst = pmdaInstid(internal, "")
+    inst.i_name = external.encode("utf-8", "surrogateescape")
+    return inst
 
 
 def _pick(labels: str, notes: str, want_notes: int) -> str:

@@ -384,6 +384,17 @@ class MmvFile:
         :data:`UNSUPPORTED` for NOSUPPORT (and any type this reader does not serve)."""
         return _decoder(self, mtype)
 
+    @staticmethod
+    def sliced(snap: Snapshot, metric: Metric) -> bool:
+        """Whether :meth:`column` reads ``metric`` in one slice of ``snap``: then its values
+        are all plain numbers (no marker)."""
+        return (
+            metric.type in _CAST
+            and not snap.sentinel
+            and metric.stride > 0
+            and not len(snap.data) % 8
+        )
+
     def column(self, snap: Snapshot, metric: Metric) -> list[object]:
         """The values of ``metric`` in ``snap``, by instance position (one for a singular
         metric): int, float or str, :data:`NO_VALUE`, :data:`UNSUPPORTED`, or
@@ -391,7 +402,7 @@ class MmvFile:
         entries are evenly spaced are read with one slice of the snapshot."""
         code = _CAST.get(metric.type)
         data = snap.data
-        if code is None or snap.sentinel or not metric.stride or len(data) % 8:
+        if not self.sliced(snap, metric) or code is None:
             decode = self.decoder(metric.type)
             return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]
         view = memoryview(data).cast(code)  # type: ignore[call-overload]
@@ -513,9 +524,12 @@ def _pread_exact(path: str, fd: int, length: int, offset: int) -> bytes:
     return data
 
 
-def _cstring(raw: bytes) -> str | None:
+def _cstring(raw: bytes, errors: str = "replace") -> str | None:
+    """The NUL-terminated text at the start of ``raw`` (None without a NUL).  Text PCP
+    passes on as a Python str (help, strings, labels) replaces bytes that are not UTF-8;
+    instance names keep them (``errors="surrogateescape"``) to be served byte for byte."""
     end = raw.find(b"\0")
-    return None if end < 0 else raw[:end].decode("utf-8", "replace")
+    return None if end < 0 else raw[:end].decode("utf-8", errors)
 
 
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
@@ -684,7 +698,9 @@ class _Parser:
         self.sections.append((start, end, toc))
         return True
 
-    def string(self, offset: int, where: str, at: int, optional: bool) -> str | None:
+    def string(
+        self, offset: int, where: str, at: int, optional: bool, errors: str = "replace"
+    ) -> str | None:
         """Text of the string entry at ``offset``; problems are recorded, None returned."""
         if offset == 0:
             if not optional:
@@ -698,7 +714,7 @@ class _Parser:
                 self.size - fmt.STRING_SIZE,
             )
             return None
-        text = _cstring(self.data[offset : offset + fmt.STRING_SIZE])
+        text = _cstring(self.data[offset : offset + fmt.STRING_SIZE], errors)
         if text is None:
             self.mf.problem(
                 where,
@@ -752,7 +768,7 @@ class _Parser:
         """Add one instance entry to ``indom``; False (problem recorded) when skipped."""
         if self.version == 1:
             back, internal, raw = fmt.INSTANCE_V1.unpack_from(self.data, at)
-            external = _cstring(raw)
+            external = _cstring(raw, "surrogateescape")
             if external is None:
                 self.mf.problem(
                     f"{where}.external",
@@ -763,7 +779,9 @@ class _Parser:
                 return False
         else:
             back, internal, soff = fmt.INSTANCE_V2.unpack_from(self.data, at)
-            external = self.string(soff, f"{where}.external", at + 16, optional=False)
+            external = self.string(
+                soff, f"{where}.external", at + 16, optional=False, errors="surrogateescape"
+            )
             if external is None:
                 return False
         if back != indom.offset:
@@ -878,8 +896,28 @@ class _Parser:
             self.mf.span = max(t.offset + t.count * fmt.VALUE_SIZE for t in tocs) - self.mf.base
 
     def values(self, toc: Toc) -> None:
-        for i in range(toc.count):
-            self.value(toc.offset + i * fmt.VALUE_SIZE, f"values[{i}]")
+        """Index a VALUES section in one pass over its (metric, instance) offset pairs.
+        An entry that is not plainly valid, and every string value, goes through
+        :meth:`value`, which checks it in full and records its problem."""
+        end = toc.offset + toc.count * fmt.VALUE_SIZE
+        words = memoryview(self.data)[toc.offset : end].cast("Q")  # native, as fmt.VALUE
+        metric_at, instance_at = self.metric_at, self.instance_at
+        at, base = toc.offset, self.mf.base
+        pairs = zip(words[2::4].tolist(), words[3::4].tolist(), strict=True)
+        for i, (moff, ioff) in enumerate(pairs):
+            metric = metric_at.get(moff)
+            if metric is not None and metric.type != fmt.TYPE_STRING:
+                if metric.indom is None:
+                    pos = 0
+                else:
+                    found = instance_at.get(ioff)
+                    pos = found[1] if found is not None and found[0].serial == metric.indom else -1
+                if pos >= 0 and metric.slots[pos] < 0:
+                    metric.slots[pos] = at - base
+                    at += fmt.VALUE_SIZE
+                    continue
+            self.value(at, f"values[{i}]")
+            at += fmt.VALUE_SIZE
 
     def value(self, at: int, where: str) -> None:
         _, extra, moff, ioff = fmt.VALUE.unpack_from(self.data, at)

@@ -80,6 +80,9 @@ class Changes:
         self.states |= other.states
 
 
+CHECK_BUDGET: Final = 64
+"""Served files whose generation and writer one periodic check looks at (round robin)."""
+
 UNSEEN: Final = (-1,)
 """Stat key of an entry not looked at yet (or to be looked at again)."""
 
@@ -116,8 +119,10 @@ class Scanner:
         self._dir_key: tuple[int, ...] | None = None
         self._dir_error: str | None = None
         self._last_check = float("-inf")
+        self._check_from = 0  # where the next periodic check starts, in served-name order
         self._instances: dict[str, int] = {}
         self._dirty: set[str] = set()
+        self._not_ready: set[str] = set()  # names whose state is NOT_READY
         self._dirty_lock = threading.Lock()
 
     # -- queries
@@ -126,7 +131,7 @@ class Scanner:
     def pending(self) -> bool:
         """True while a rescan is pending: a file is not ready, or a reload was requested
         (what ``mmv.control.reload`` reports)."""
-        return self.reload_requested or any(s.state == NOT_READY for s in self.states.values())
+        return self.reload_requested or bool(self._not_ready)
 
     def served(self) -> list[FileEntry]:
         return list(self.catalogue.files.values())
@@ -153,14 +158,13 @@ class Scanner:
             self.reload_requested = False
             changes.extend(self._rescan())
         else:
-            retry = {n for n, s in self.states.items() if s.state == NOT_READY}
-            names = sorted(dirty | retry)
+            names = sorted(dirty | self._not_ready)
             if names:
                 changes.extend(self._consider(names))
         now = self.clock()
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
-            changes.extend(self._check_served())
+            changes.extend(self._check_served(None if force else CHECK_BUDGET))
         return changes
 
     def reload(self, name: str) -> Changes:
@@ -201,6 +205,7 @@ class Scanner:
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
+        self._not_ready.discard(name)
         changes = Changes(states=True)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
@@ -308,6 +313,7 @@ class Scanner:
         status = PARTIAL if problems else OK
         state.problems = [printable(p) for p in problems]
         state.state = status
+        self._not_ready.discard(state.name)
         changes.added.append(entry)
         changes.states = True
 
@@ -323,13 +329,24 @@ class Scanner:
             changes.states = True
         state.state = new
         state.problems = [problem]
+        if new == NOT_READY:
+            self._not_ready.add(state.name)
+        else:
+            self._not_ready.discard(state.name)
 
     # -- served files: generation and writer
 
-    def _check_served(self) -> Changes:
+    def _check_served(self, budget: int | None) -> Changes:
+        """Check the generation and writer of served files: all of them, or ``budget``
+        of them, continuing where the last check stopped."""
         changes = Changes()
         stale: list[str] = []
-        for name, state in self.states.items():
+        served = [(n, s) for n, s in self.states.items() if s.entry is not None]
+        if budget is not None and len(served) > budget:
+            start = self._check_from % len(served)
+            self._check_from = start + budget
+            served = (served + served)[start : start + budget]
+        for name, state in served:
             entry = state.entry
             if entry is None:
                 continue

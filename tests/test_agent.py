@@ -237,3 +237,21 @@ def start(private_pmcd: Start) -> Start:
 def start_mmv(private_pmcd: Start, private_mmv_dir: Path) -> Callable[[], PrivatePmcd]:
     """Start a private pmcd with pmda-mmv (strict drop-in options) on private_mmv_dir."""
     return lambda: private_pmcd(our_agent(private_mmv_dir))
+
+
+def test_instance_names_served_byte_for_byte(start_mmv: Start, private_mmv_dir: Path) -> None:
+    # Perl's PCP::MMV writes Latin-1 names; the C agent serves the bytes, and so do we.
+    from tests.mmvbuild import Indom, Instance
+
+    b = MmvBuilder(cluster=9)
+    b.indoms.append(Indom(2, [Instance(0, b"caf\xe9"), Instance(1, "plain")]))
+    b.metrics.append(Metric("m", 1, indom=2))
+    b.values += [Value("m", 0, 1), Value("m", 1, 2)]
+    publish(b, private_mmv_dir / "latin")
+    pmcd = start_mmv()
+    import subprocess
+
+    out = subprocess.run(
+        ["pmprobe", "-h", pmcd.host, "-I", "mmv.latin.m"], capture_output=True, timeout=30
+    ).stdout
+    assert b'"caf\xe9" "plain"' in out
