@@ -298,15 +298,27 @@ def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None
 
 
 def _merge(labels: Iterable[Label]) -> tuple[str, str]:
-    """Merge label payloads in file order (later names override) into (labels, notes) JSON
-    object texts, split by the on-disk OPTIONAL flag; "" for an empty set.  Numbers keep the
-    writer's spelling (``-1.5e3`` stays so) and text is not re-escaped."""
+    """Merge label payloads in file order (later names override, maps merge) into
+    (labels, notes) JSON object texts, split by the on-disk OPTIONAL flag; "" for none.
+    Numbers keep the writer's spelling (``-1.5e3`` stays so); text is not re-escaped."""
     required: dict[str, object] = {}
     optional: dict[str, object] = {}
     for lb in labels:
         target = optional if lb.optional else required
-        target.update(json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
+        _deep_update(target, json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
     return (_dump(required) if required else "", _dump(optional) if optional else "")
+
+
+def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:
+    """Merge ``new`` into ``target`` as PCP merges label sets: maps merge name by name
+    (``{"m":{"a":1}}`` then ``{"m":{"b":2}}`` gives ``m.a`` and ``m.b``), anything else
+    is replaced."""
+    for name, value in new.items():
+        old = target.get(name)
+        if isinstance(old, dict) and isinstance(value, dict):
+            _deep_update(old, value)
+        else:
+            target[name] = value
 
 
 class _Raw(str):

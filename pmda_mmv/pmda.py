@@ -155,6 +155,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.scanner = Scanner(directory, self.catalogue, owners=opts.owners, log=self.err)
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
+        self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.tables: dict[int, Table] = {}  # (cluster << 10) | item -> table builder
         self.results: dict[int, dict[int, Values]] = {}  # this fetch's: cluster -> item -> values
         self.special: dict[int, dict[int, Any]] = {}  # this fetch's other results, by key
@@ -278,8 +279,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Start of every request: bring the served tables up to date."""
         rescans = self.scanner.rescans
         self.apply(self.scanner.refresh(force))
-        if self.scanner.rescans != rescans or self.watcher.observer is None:
+        if self.scanner.rescans != rescans:
+            if self.reload_stored:  # an explicit reload re-maps everything, as with C
+                self.reload_stored = False
+                self.set_notify_change()
             self.watcher.ensure()  # (re)arm after the directory appeared or changed
+        elif self.watcher.observer is None:
+            self.watcher.ensure()
 
     def apply(self, changes: Changes) -> None:
         for entry in changes.removed:
@@ -420,7 +426,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if cluster != CONTROL_CLUSTER:
             return int(c_api.PM_ERR_PERMISSION)
         if item == RELOAD:
-            self.scanner.reload_requested = bool(value)
+            self.scanner.reload_requested = self.reload_stored = bool(value)
             return 0
         if item == DEBUG:
             self.debug_value = int(value)

@@ -255,3 +255,40 @@ def test_instance_names_served_byte_for_byte(start_mmv: Start, private_mmv_dir: 
         ["pmprobe", "-h", pmcd.host, "-I", "mmv.latin.m"], capture_output=True, timeout=30
     ).stdout
     assert b'"caf\xe9" "plain"' in out
+
+
+def _pmrep_abort(pmcd: PrivatePmcd) -> list[str]:
+    """Values pmrep prints before --names-change=abort stops it (3 samples at most)."""
+    import subprocess
+
+    env = {**os.environ, "PATH": "/usr/bin:/bin:" + os.environ.get("PATH", "")}
+    out = subprocess.run(
+        [
+            "pmrep",
+            "-h",
+            pmcd.host,
+            "-s",
+            "3",
+            "-t",
+            "0.3",
+            "--names-change=abort",
+            "mmv.control.files",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    ).stdout
+    return [line.strip() for line in out.splitlines()[2:] if line.strip()]
+
+
+def test_names_change_only_when_names_change_or_on_explicit_reload(
+    start_mmv: Start, private_mmv_dir: Path
+) -> None:
+    # No spurious names change (the C agent raises one after every rescan) ...
+    pmcd = start_mmv()
+    assert _pmrep_abort(pmcd) == ["0", "0", "0"]
+    # ... but a stored reload re-maps everything and says so, as C does (PCP QA 1547).
+    assert pmcd.run("pmstore", "mmv.control.reload", "1").returncode == 0
+    assert _pmrep_abort(pmcd) == []
+    assert _pmrep_abort(pmcd) == ["0", "0", "0"]

@@ -173,3 +173,17 @@ def test_labels_every_level_optional_and_override(tmp_path: Path, cat: Catalogue
     indom = entry.indoms[3]
     assert json.loads(indom.labels) == {"dom": "d"}
     assert indom.instance_labels == {7: ('{"inst":"é"}', "")}
+
+
+def test_label_maps_merge_name_by_name(tmp_path: Path, cat: Catalogue) -> None:
+    # PCP QA 683: two item labels {"item_label3":{"a":1}} and {"item_label3":{"b":2}} give
+    # item_label3.a and item_label3.b, as libpcp merges label sets.
+    b = sample(version=3)
+    b.labels = [
+        Label(fmt.LABEL_ITEM, 1, '{"m":{"a":1},"x":1}'),
+        Label(fmt.LABEL_ITEM, 1, '{"m":{"b":2},"x":2}'),
+    ]
+    entry = cat.add(load(tmp_path, "maps", b))
+    assert entry is not None
+    first = next(m for m in entry.metrics if m.item == 1)
+    assert json.loads(first.labels) == {"m": {"a": 1, "b": 2}, "x": 2}
