@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -93,8 +94,7 @@ def main() -> int:
         print("states:", pmcd.fetch("mmv.control.file.state"))
     finally:
         pmcd.stop()
-        for f in (mmv_dir / "big", work / "big"):
-            f.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
