@@ -10,6 +10,8 @@ side effects; :func:`main` is what pmcd runs (``pmda-mmv pmda``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import pwd
 import sys
@@ -23,7 +25,7 @@ from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
-from .reader import MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
+from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
 
@@ -135,6 +137,7 @@ class Options:
     owners: tuple[int, ...] | None = None
     polling: bool = False
     notready: bool = False
+    max_size: int = DEFAULT_MAX_SIZE
 
 
 def _units(word: int) -> pmUnits:
@@ -152,7 +155,9 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
         )
         self.catalogue = Catalogue(opts.prefix, log=self.err)
-        self.scanner = Scanner(directory, self.catalogue, owners=opts.owners, log=self.err)
+        self.scanner = Scanner(
+            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.err
+        )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
@@ -294,6 +299,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self._serve(entry)
         if changes.removed or changes.added:
             self.set_notify_change()
+        if changes.removed:
+            _release_memory()
         if changes.states and self.opts.status_metrics:
             self._update_status_indom()
 
@@ -475,6 +482,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         return None
 
 
+def _release_memory() -> None:
+    """Give freed heap back to the system after files go (glibc keeps it otherwise: the
+    soak test saw RSS climb in 30 MiB steps under churn)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def _instid(internal: int, external: str) -> pmdaInstid:
     """A pmdaInstid naming the instance with the file's bytes (pmdaInstid itself encodes
     strictly, and an external name need not be UTF-8)."""
@@ -515,6 +529,12 @@ def parse_args(argv: Sequence[str]) -> Options:
     )
     p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
     p.add_argument(
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE // (1 << 20),
+        help="largest file served, in MiB (default 64)",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -531,6 +551,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         owners=_owners(p, a.owners),
         polling=a.polling,
         notready=a.notready,
+        max_size=a.max_size << 20,
     )
 
 

@@ -27,8 +27,10 @@ from typing import Any, Final
 
 from . import format as fmt
 
-DEFAULT_MAX_SIZE: Final = 1 << 30
-"""Largest file accepted (bytes); a larger one (a sparse 1 TB file, say) is refused."""
+DEFAULT_MAX_SIZE: Final = 64 << 20
+"""Largest file accepted by default (bytes): 64 MiB, about 2 million values; the largest real
+file seen is under 10 MB.  A larger one (a sparse 1 TB file, or a valid file big enough to
+stall the agent past pmcd's timeout while it is indexed) is refused; ``--max-size``."""
 
 INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1

@@ -118,6 +118,7 @@ class Scanner:
         self.rescans = 0
         self._dir_key: tuple[int, ...] | None = None
         self._dir_error: str | None = None
+        self._list_error: str | None = None
         self._last_check = float("-inf")
         self._check_from = 0  # where the next periodic check starts, in served-name order
         self._instances: dict[str, int] = {}
@@ -193,9 +194,11 @@ class Scanner:
         self._directory_changed()
         try:
             names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))
+            self._list_error = None
         except OSError as e:
-            if self._dir_error is None:
+            if e.strerror != self._list_error:  # once per new error, not per request
                 self.log(f"{self.directory}: cannot list directory: {e.strerror}")
+            self._list_error = e.strerror
             names = []
         changes = Changes()
         for gone in sorted(set(self.states) - set(names)):

@@ -285,3 +285,21 @@ def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> N
     later = Changes(removed=[entry])
     first.extend(later)
     assert first.added == [] and first.removed == []
+
+
+def test_missing_directory_logged_once(tmp_path: Path) -> None:
+    d = Dir(tmp_path / "absent")
+    for _ in range(3):
+        d.refresh()
+    lines = [line for line in d.logged if "cannot list directory" in line]
+    assert len(lines) == 1 and "absent" in lines[0]
+
+
+def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
+    b = sample()
+    b.write(tmp_path / "big")
+    size = (tmp_path / "big").stat().st_size
+    scanner = Scanner(str(tmp_path), Catalogue(), max_size=size - 1)
+    scanner.refresh()
+    assert scanner.states["big"].state == REFUSED
+    assert f"exceeds {size - 1}" in scanner.states["big"].last_problem
