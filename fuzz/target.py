@@ -121,18 +121,36 @@ def _check_catalogue(mf: MmvFile) -> None:
 
 
 def _check_empty(cat: Catalogue) -> None:
-    if cat.files or cat.leaves or cat.interior or cat.indom_pool:
+    if (
+        cat.files
+        or cat.leaves
+        or cat.interior
+        or cat.indom_pool
+        or cat.sources
+        or cat.indom_sources
+        or cat.pool_keys
+    ):
         raise Finding("catalogue not empty after every file was removed")
 
 
 def _check_distinct(entries: list[FileEntry]) -> None:
-    clusters = [e.cluster for e in entries]
-    pmids = [(m.cluster, m.item) for e in entries for m in e.metrics]
-    names = [m.name for e in entries for m in e.metrics]
-    indoms = [si.serial for e in entries for si in e.indoms.values()]
-    for what, seq in (("cluster", clusters), ("PMID", pmids), ("name", names), ("indom", indoms)):
-        if len(seq) != len(set(seq)):
-            raise Finding(f"{what} served twice: {sorted(map(str, seq))}")
+    """Files may share a cluster only as PCP QA 648's writers do: one name and one descriptor
+    per PMID, one PMID per name, and an indom shared only by files sharing its cluster."""
+    by_pmid: dict[tuple[int, int], set[tuple[object, ...]]] = {}
+    by_name: dict[str, set[tuple[int, int]]] = {}
+    by_indom: dict[int, set[tuple[int, int]]] = {}
+    for e in entries:
+        for m in e.metrics:
+            by_pmid.setdefault((m.cluster, m.item), set()).add(
+                (m.name, m.type, m.semantics, m.units, m.indom.serial if m.indom else None)
+            )
+            by_name.setdefault(m.name, set()).add((m.cluster, m.item))
+        for serial, si in e.indoms.items():
+            by_indom.setdefault(si.serial, set()).add((e.cluster, serial))
+    for what, table in (("PMID", by_pmid), ("name", by_name), ("indom", by_indom)):
+        for key, seen in table.items():
+            if len(seen) != 1:
+                raise Finding(f"{what} {key} served as {sorted(map(str, seen))}")
     for e in entries:
         _check_entry(e)
 

@@ -5,8 +5,10 @@ into ``pcp.pmda`` metrics and indoms.  Rules (see the README's differences table
 improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 * Cluster 0 is the agent's own.  A file's header cluster (1..4095) is honoured when no other
-  served file holds it; cluster 0, or a taken cluster, gets the lowest free cluster not asked
-  for by another file, with a warning when the file asked for a taken one.  A file reloaded
+  served file holds it, or when the file agrees with the files holding it (same name and
+  descriptor at every shared item: the processes of one application adding instances to
+  the same metrics, PCP QA 648); cluster 0, or a taken cluster, gets the lowest free
+  cluster not asked for by another file, with a warning when the file asked for it.  A file reloaded
   under the same name keeps its cluster when it can, so PMIDs stay stable for archives.
 * Names are ``<prefix>.<file>.<metric>``, or ``<prefix>.<metric>`` for NOPREFIX files.  A name
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
@@ -22,10 +24,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from . import format as fmt
-from .reader import Indom, Label, Metric, MmvFile, name_problem, printable
+from .reader import Indom, Instance, Label, Metric, MmvFile, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
 PM_TYPE_64: Final = 2
@@ -35,6 +37,8 @@ INDOM_POOL: Final = range(1, 2048)
 """PCP indom serials handed to (cluster, serial) pairs that cannot be packed; 0 is the agent's."""
 
 Log = Callable[[str], None]
+K = TypeVar("K")
+S = TypeVar("S")
 
 
 @dataclass(slots=True)
@@ -49,6 +53,7 @@ class ServedIndom:
     notes: str = ""
     instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
     keys: list[int] = field(default_factory=list)
+    file: str = ""  # the file serving it
 
     def __post_init__(self) -> None:
         # Instance ids in position order, as pmcd hands them to python3-pcp callbacks:
@@ -72,6 +77,7 @@ class ServedMetric:
     metric: Metric
     labels: str = ""
     notes: str = ""
+    file: str = ""  # the file serving it
 
     @property
     def oneline(self) -> str | None:
@@ -121,7 +127,12 @@ class Catalogue:
         self.leaves: set[str] = set()
         self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
         self.indom_pool: set[int] = set()  # pool serials in use
+        self.pool_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> pool
         self.last_cluster: dict[str, int] = {}
+        # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
+        # of every file serving it, in file-name order; the first one describes it.
+        self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
+        self.indom_sources: dict[int, list[ServedIndom]] = {}
 
     # -- clusters
 
@@ -134,6 +145,8 @@ class Catalogue:
         taken = {e.cluster for e in self.files.values()}
         want = mf.header.cluster or self.last_cluster.get(mf.name, 0)
         if want and want not in taken:
+            return want
+        if want and want == mf.header.cluster and self.shareable(mf, want):
             return want
         for c in range(1, fmt.MAX_CLUSTER + 1):
             if c not in taken and c not in requested:
@@ -149,6 +162,38 @@ class Catalogue:
                 f"already served, using cluster {c}"
             )
         return c
+
+    def shareable(self, mf: MmvFile, cluster: int) -> bool:
+        """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
+        one application do when each adds its instances to the same metrics (PCP QA 648):
+        every metric of ``mf`` is either the one the cluster serves at that item (same name,
+        type, semantics, units and file indom serial) or new, at a free item, under a name
+        not served elsewhere."""
+        stem = self._stem(mf)
+        for metric in mf.metrics:
+            name = f"{stem}.{metric.name}"
+            served = self.sources.get((cluster, metric.item))
+            if served:
+                if not _same_metric(served[0], name, metric):
+                    return False
+            elif name in self.leaves:
+                return False
+        return True
+
+    def _stem(self, mf: MmvFile) -> str:
+        return self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
+
+    def instances(self, serial: int) -> list[Instance]:
+        """Instances of PCP indom ``serial`` over every file serving it, in file-name order;
+        an internal id met again keeps its first name (as the C agent merges them)."""
+        seen: set[int] = set()
+        merged = []
+        for si in self.indom_sources.get(serial, ()):
+            for inst in si.indom.instances:
+                if inst.internal not in seen:
+                    seen.add(inst.internal)
+                    merged.append(inst)
+        return merged
 
     # -- names
 
@@ -188,9 +233,12 @@ class Catalogue:
     def _indom_serial(self, cluster: int, serial: int) -> int | None:
         if cluster < 2048 and serial < 2048:
             return (cluster << 11) | serial
+        if (cluster, serial) in self.pool_keys:  # a file sharing the cluster
+            return self.pool_keys[(cluster, serial)]
         for s in INDOM_POOL:
             if s not in self.indom_pool:
                 self.indom_pool.add(s)
+                self.pool_keys[(cluster, serial)] = s
                 return s
         return None
 
@@ -233,9 +281,12 @@ class Catalogue:
         if entry is None:
             return None
         for m in entry.metrics:
-            self._release(m.name)
-        for si in entry.indoms.values():
-            self.indom_pool.discard(si.serial)
+            if not _unlink(self.sources, (m.cluster, m.item), m):
+                self._release(m.name)
+        for serial, si in entry.indoms.items():
+            if not _unlink(self.indom_sources, si.serial, si):
+                self.indom_pool.discard(si.serial)
+                self.pool_keys.pop((entry.cluster, serial), None)
         return entry
 
     def _add_indoms(self, entry: FileEntry) -> None:
@@ -245,7 +296,7 @@ class Catalogue:
             if pcp_serial is None:
                 self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
                 continue
-            si = ServedIndom(pcp_serial, indom)
+            si = ServedIndom(pcp_serial, indom, file=mf.name)
             si.labels, si.notes = _merge(
                 lb for lb in mf.labels if lb.kind == fmt.LABEL_INDOM and lb.identity == serial
             )
@@ -260,13 +311,18 @@ class Catalogue:
                 if pair != ("", ""):
                     si.instance_labels[inst.internal] = pair
             entry.indoms[serial] = si
+            _link(self.indom_sources, pcp_serial, si)
 
     def _add_metrics(self, entry: FileEntry) -> None:
         mf = entry.mf
-        stem = self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
+        stem = self._stem(mf)
         for metric in mf.metrics:
             name = f"{stem}.{metric.name}"
-            why = self.name_conflict(name)
+            shared = self.sources.get((entry.cluster, metric.item))
+            if shared and not _same_metric(shared[0], name, metric):
+                why: str | None = f"item {metric.item} is {shared[0].name} in this cluster"
+            else:
+                why = None if shared else self.name_conflict(name)
             if why:
                 self._refuse(entry, f"metrics at offset {metric.offset}: {why}, metric not served")
                 continue
@@ -276,16 +332,46 @@ class Catalogue:
                 if indom is None:
                     self._refuse(entry, f"metric {name}: its indom was not served")
                     continue
-            self._claim(name)
+            if not shared:
+                self._claim(name)
             served = _served_metric(name, entry.cluster, metric, indom)
+            served.file = mf.name
             served.labels, served.notes = _merge(
                 lb for lb in mf.labels if lb.kind == fmt.LABEL_ITEM and lb.identity == metric.item
             )
             entry.metrics.append(served)
+            _link(self.sources, (entry.cluster, metric.item), served)
 
     def _refuse(self, entry: FileEntry, why: str) -> None:
         entry.problems.append(why)
         self.log(f"{entry.mf.path}: {why}")
+
+
+def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
+    """Whether metric entry ``m`` named ``name`` is the one ``served`` (another file's)."""
+    o = served.metric
+    return served.name == name and (o.type, o.semantics, o.dimension, o.indom) == (
+        m.type,
+        m.semantics,
+        m.dimension,
+        m.indom,
+    )
+
+
+def _link(table: dict[K, list[S]], key: K, item: S) -> None:
+    """Add ``item`` to ``table[key]``, kept in file-name order."""
+    table.setdefault(key, []).append(item)
+    table[key].sort(key=lambda x: x.file)  # type: ignore[attr-defined]
+
+
+def _unlink(table: dict[K, list[S]], key: K, item: S) -> bool:
+    """Remove ``item`` from ``table[key]``; True when other files still serve the key."""
+    rest = [x for x in table.get(key, ()) if x is not item]
+    if rest:
+        table[key] = rest
+    else:
+        table.pop(key, None)
+    return bool(rest)
 
 
 def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:

@@ -165,8 +165,9 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.results: dict[int, dict[int, Values]] = {}  # this fetch's: cluster -> item -> values
         self.special: dict[int, dict[int, Any]] = {}  # this fetch's other results, by key
         self.pmda_metrics: dict[str, pmdaMetric] = {}
-        self.by_cluster: dict[int, FileEntry] = {}
-        self.snaps: dict[int, Snapshot] = {}
+        self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
+        self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
+        self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
@@ -293,10 +294,20 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.watcher.ensure()
 
     def apply(self, changes: Changes) -> None:
+        """Serve the catalogue's new state: every PMID and indom the changed files touch is
+        registered again from the files that serve it now (several when they share it)."""
         for entry in changes.removed:
-            self._unserve(entry)
+            files = [e for e in self.by_cluster.get(entry.cluster, []) if e is not entry]
+            self._set_cluster(entry.cluster, files)
+            self.snaps.pop(entry.name, None)
         for entry in changes.added:
-            self._serve(entry)
+            files = [e for e in self.by_cluster.get(entry.cluster, []) if e.name != entry.name]
+            self._set_cluster(entry.cluster, sorted([*files, entry], key=lambda e: e.name))
+        touched = [*changes.removed, *changes.added]
+        for serial in sorted({si.serial for e in touched for si in e.indoms.values()}):
+            self._serve_indom(serial)
+        for cluster, item in sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics}):
+            self._serve_metric(cluster, item)
         if changes.removed or changes.added:
             self.set_notify_change()
         if changes.removed:
@@ -304,35 +315,51 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if changes.states and self.opts.status_metrics:
             self._update_status_indom()
 
-    def _unserve(self, entry: FileEntry) -> None:
-        for sm in entry.metrics:
-            self._remove(sm.name)
-            self.tables.pop((sm.cluster << 10) | sm.item, None)
-        for si in entry.indoms.values():
-            self._drop_indom(self.indom(si.serial))
-        if self.by_cluster.get(entry.cluster) is entry:
-            del self.by_cluster[entry.cluster]
-            self.snaps.pop(entry.cluster, None)
+    def _set_cluster(self, cluster: int, files: list[FileEntry]) -> None:
+        if files:
+            self.by_cluster[cluster] = files
+        else:
+            self.by_cluster.pop(cluster, None)
 
-    def _serve(self, entry: FileEntry) -> None:
-        self.by_cluster[entry.cluster] = entry
-        for si in entry.indoms.values():
-            insts = [_instid(i.internal, i.external) for i in si.indom.instances]
-            indom = self.indom(si.serial)
-            self.add_indom(
-                pmdaIndom(indom, insts), si.indom.shorthelp or "", si.indom.longhelp or ""
-            )
-            if si.indom.shorthelp is None:
-                del self._indom_oneline[indom]  # absent text is PM_ERR_TEXT
-            if si.indom.longhelp is None:
-                del self._indom_helptext[indom]
-        for sm in entry.metrics:
-            indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
-            metric = pmdaMetric(
-                self.pmid(sm.cluster, sm.item), sm.type, indom, sm.semantics, _units(sm.units)
-            )
-            self._add(sm.name, metric, sm.oneline, sm.helptext)
-            self.tables[(sm.cluster << 10) | sm.item] = self._file_table(entry, sm)
+    def _serve_indom(self, serial: int) -> None:
+        """(Re)register PCP indom ``serial``: the instances of every file serving it (first
+        name of an id wins), help text of the first file."""
+        indom = self.indom(serial)
+        self._drop_indom(indom)
+        sources = self.catalogue.indom_sources.get(serial)
+        if not sources:
+            return
+        insts = [_instid(i.internal, i.external) for i in self.catalogue.instances(serial)]
+        first = sources[0].indom
+        self.add_indom(pmdaIndom(indom, insts), first.shorthelp or "", first.longhelp or "")
+        if first.shorthelp is None:
+            del self._indom_oneline[indom]  # absent text is PM_ERR_TEXT
+        if first.longhelp is None:
+            del self._indom_helptext[indom]
+
+    def _serve_metric(self, cluster: int, item: int) -> None:
+        """(Re)register one PMID from the files serving it: descriptor and help text of the
+        first file (in name order), each instance's value from the first file that has it."""
+        key = (cluster << 10) | item
+        old = self.served_names.pop(key, None)
+        if old is not None:
+            self._remove(old)
+        self.tables.pop(key, None)
+        sources = self.catalogue.sources.get((cluster, item))
+        if not sources:
+            return
+        sm = sources[0]
+        indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
+        pmid = self.pmid(cluster, item)
+        self._add(
+            sm.name,
+            pmdaMetric(pmid, sm.type, indom, sm.semantics, _units(sm.units)),
+            sm.oneline,
+            sm.helptext,
+        )
+        self.served_names[key] = sm.name
+        parts = [self._file_table(self.catalogue.files[s.file], s) for s in sources]
+        self.tables[key] = parts[0] if len(parts) == 1 else _first_of(parts)
 
     # -- fetch
     #
@@ -346,18 +373,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps.clear()
 
     def refresh_cluster(self, cluster: int) -> None:
-        """Once per cluster per fetch: one consistent snapshot of that file's values."""
-        entry = self.by_cluster.get(cluster)
-        if entry is None:
-            return
-        try:
-            self.snaps[cluster] = entry.mf.snapshot()
-        except Changed as e:
-            self.log_line(f"{e}; reloading")
-            self.apply(self.scanner.reload(entry.name))
-            entry = self.by_cluster.get(cluster)
-            if entry is not None:
-                self.snaps[cluster] = entry.mf.snapshot()
+        """Once per cluster per fetch: one consistent snapshot of each file's values."""
+        for entry in list(self.by_cluster.get(cluster, ())):
+            try:
+                self.snaps[entry.name] = entry.mf.snapshot()
+            except Changed as e:
+                self.log_line(f"{e}; reloading")
+                self.apply(self.scanner.reload(entry.name))
+        for entry in self.by_cluster.get(cluster, ()):
+            if entry.name not in self.snaps:
+                self.snaps[entry.name] = entry.mf.snapshot()
 
     def _fetch_callback(self) -> Callable[[int, int, int], Any]:
         """The per-value callback: one lookup in this fetch's values, else
@@ -404,11 +429,11 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         keys = sm.indom.keys if sm.indom else [c_api.PM_IN_NULL]
         if sm.metric.type == fmt.TYPE_NOSUPPORT:
             return lambda: ({}, {k: [c_api.PM_ERR_APPVERSION, 0] for k in keys})
-        mf, metric, snaps, cluster = entry.mf, sm.metric, self.snaps, sm.cluster
+        mf, metric, snaps, file = entry.mf, sm.metric, self.snaps, entry.name
         dense = keys == list(range(len(keys)))
 
         def build() -> tuple[Values, dict[int, Any]] | None:
-            snap = snaps.get(cluster)
+            snap = snaps.get(file)
             if snap is None:
                 return None
             values = mf.column(snap, metric)
@@ -446,40 +471,47 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Cluster, item and indom labels from the files' LABELS sections; ``notes`` selects
         those with the on-disk OPTIONAL flag."""
         if ltype == c_api.PM_LABEL_CLUSTER:
-            entry = self.by_cluster.get(ident)
-            return _pick(entry.labels, entry.notes, notes) if entry else "{}"
+            files = self.by_cluster.get(ident)
+            return _pick(files[0].labels, files[0].notes, notes) if files else "{}"
         if ltype == c_api.PM_LABEL_ITEM:
-            sm = self._metric_at((ident >> 10) & 0xFFF, ident & 0x3FF)
-            return _pick(sm.labels, sm.notes, notes) if sm else "{}"
+            sms = self.catalogue.sources.get(((ident >> 10) & 0xFFF, ident & 0x3FF))
+            return _pick(sms[0].labels, sms[0].notes, notes) if sms else "{}"
         if ltype == c_api.PM_LABEL_INDOM:
-            si = self._indom_at(ident & 0x3FFFFF)
-            return _pick(si.labels, si.notes, notes) if si else "{}"
+            sis = self.catalogue.indom_sources.get(ident & 0x3FFFFF)
+            return _pick(sis[0].labels, sis[0].notes, notes) if sis else "{}"
         return "{}"
 
     def instance_label(self, indom: int, inst: int, notes: int) -> str:
-        si = self._indom_at(indom & 0x3FFFFF)
+        """Labels of an instance, from the first file (in name order) that has it."""
         inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst  # unsigned from python3-pcp
-        if si is None or inst not in si.instance_labels:
-            return "{}"
-        labels, optional = si.instance_labels[inst]
-        return _pick(labels, optional, notes)
+        for si in self.catalogue.indom_sources.get(indom & 0x3FFFFF, ()):
+            if inst in si.indom.positions:
+                labels, optional = si.instance_labels.get(inst, ("", ""))
+                return _pick(labels, optional, notes)
+        return "{}"
 
-    def _metric_at(self, cluster: int, item: int) -> ServedMetric | None:
-        entry = self.by_cluster.get(cluster)
-        if entry is not None:
-            for sm in entry.metrics:
-                if sm.item == item:
-                    return sm
-        return None
 
-    def _indom_at(self, serial: int) -> Any:
-        cluster = serial >> 11
-        for entry in [self.by_cluster.get(cluster), *self.by_cluster.values()]:
-            if entry is not None:
-                for si in entry.indoms.values():
-                    if si.serial == serial:
-                        return si
-        return None
+def _first_of(parts: list[Table]) -> Table:
+    """The table of a PMID several files share: each instance from the first file (in name
+    order) that has it; None (PM_ERR_AGAIN) only when no file has a snapshot."""
+
+    def build() -> tuple[Values, dict[int, Any]] | None:
+        built = [b for b in (part() for part in parts) if b is not None]
+        if not built:
+            return None
+        values: dict[int, Any] = {}
+        special: dict[int, Any] = {}
+        for part_values, part_special in built:
+            pairs = part_values.items() if isinstance(part_values, dict) else enumerate(part_values)
+            for k, v in pairs:
+                if k not in values and k not in special:
+                    values[k] = v
+            for k, v in part_special.items():
+                if k not in values and k not in special:
+                    special[k] = v
+        return values, special
+
+    return build
 
 
 def _release_memory() -> None:

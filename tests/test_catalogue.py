@@ -10,7 +10,7 @@ import pytest
 from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue
 from pmda_mmv.reader import MmvFile
-from tests.mmvbuild import Label, Metric, MmvBuilder, Value, sample
+from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
 def simple(cluster: int = 1, names: tuple[str, ...] = ("a",), flags: int = 0) -> MmvBuilder:
@@ -187,3 +187,46 @@ def test_label_maps_merge_name_by_name(tmp_path: Path, cat: Catalogue) -> None:
     assert entry is not None
     first = next(m for m in entry.metrics if m.item == 1)
     assert json.loads(first.labels) == {"m": {"a": 1, "b": 2}, "x": 2}
+
+
+def pets(names: tuple[tuple[int, str], ...], cluster: int = 420) -> MmvBuilder:
+    """PCP QA 648's writers (mmv_instances): NOPREFIX, one cluster, metric animals.tag on
+    indom 1, each process its own animals."""
+    b = MmvBuilder(cluster=cluster, flags=fmt.FLAG_NOPREFIX)
+    b.indoms.append(Indom(1, [Instance(i, n) for i, n in names], "animals", "animal names"))
+    b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1, "tag"))
+    b.values += [Value("animals.tag", i, i) for i, _ in names]
+    return b
+
+
+def test_writers_of_one_metric_share_its_cluster_and_indom(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    cats = cat.add(load(tmp_path, "cats", pets(((10, "Tom"),))))
+    dogs = cat.add(load(tmp_path, "dogs", pets(((0, "Fido"), (1, "Brutus"), (10, "Rex")))))
+    assert cats is not None and dogs is not None
+    assert cats.cluster == dogs.cluster == 420 and not logged
+    assert [m.name for m in cat.sources[(420, 33)]] == ["mmv.animals.tag"] * 2
+    serial = (420 << 11) | 1
+    # first name of an internal id wins, files in name order (as the C agent merges)
+    assert [(i.internal, i.external) for i in cat.instances(serial)] == [
+        (10, "Tom"),
+        (0, "Fido"),
+        (1, "Brutus"),
+    ]
+    cat.remove("cats")
+    assert [i.external for i in cat.instances(serial)] == ["Fido", "Brutus", "Rex"]
+    assert names(cat) == {"mmv.animals.tag"}
+    cat.remove("dogs")
+    assert not (cat.sources or cat.indom_sources or cat.leaves)
+
+
+def test_a_different_metric_at_a_shared_item_gets_its_own_cluster(
+    tmp_path: Path, cat: Catalogue, logged: list[str]
+) -> None:
+    cat.add(load(tmp_path, "cats", pets(((10, "Tom"),))))
+    other = pets(((1, "x"),))
+    other.metrics[0].type = fmt.TYPE_U64  # same name and item, another descriptor
+    entry = cat.add(load(tmp_path, "odd", other))
+    assert entry is not None and entry.cluster != 420
+    assert any("cluster 420 already served" in line for line in logged)
