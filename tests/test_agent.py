@@ -292,3 +292,20 @@ def test_names_change_only_when_names_change_or_on_explicit_reload(
     assert pmcd.run("pmstore", "mmv.control.reload", "1").returncode == 0
     assert _pmrep_abort(pmcd) == []
     assert _pmrep_abort(pmcd) == ["0", "0", "0"]
+
+
+def test_new_file_flags_names_and_labels_once(start_mmv: Start, private_mmv_dir: Path) -> None:
+    """A new file: exactly one fetch carries PMCD_NAMES_CHANGE, with PMCD_LABEL_CHANGE beside
+    it (python3-pcp 6.0.3's only notification call sets both; the C agent never raises label
+    changes, reference section 12 item 12, which is why PCP QA 1351 expects "names" alone)."""
+    import cpmapi as c_api
+    from pcp import pmapi
+
+    pmcd = start_mmv()
+    fg = pmapi.fetchgroup(c_api.PM_CONTEXT_HOST, pmcd.host)
+    files = fg.extend_item("mmv.control.files")
+    changes = c_api.PMCD_NAMES_CHANGE | c_api.PMCD_LABEL_CHANGE
+    assert fg.fetch() & changes == 0 and files() == 0
+    publish(single(5, 1), private_mmv_dir / "fresh")
+    assert fg.fetch() & changes == changes and files() == 1
+    assert fg.fetch() & changes == 0 and files() == 1
