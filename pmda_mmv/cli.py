@@ -8,6 +8,7 @@ Subcommands: ``pmda`` (the agent pmcd runs), ``debug`` (standalone, no pmcd), ``
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,7 +25,16 @@ into $PCP_TMP_DIR/mmv.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pmda-mmv`` console script; returns the exit status."""
+    """Entry point of the ``pmda-mmv`` console script; returns the exit status.  Output
+    cut short by a closed pipe (``| head``) ends the command quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="pmda-mmv",
