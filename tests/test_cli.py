@@ -11,7 +11,10 @@ from tests.mmvbuild import sample
 
 def test_output_cut_by_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     # Regression: `pmda-mmv debug --once | head` printed a BrokenPipeError traceback, exit 1.
-    sample().write(tmp_path / "app")
+    for n in range(40):  # output well past a pipe's 64 KiB buffer
+        b = sample()
+        b.cluster = 0
+        b.write(tmp_path / f"app{n:02d}")
     cmd = f"{sys.executable} -m pmda_mmv debug --once --dir {tmp_path} | head -1"
     run = subprocess.run(
         ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60
