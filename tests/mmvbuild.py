@@ -31,6 +31,8 @@ from pmda_mmv import format as fmt
 
 Raw = dict[str, Any]
 
+METRIC_FIELDS = ("name", "item", "type", "semantics", "dimension", "indom", "shorthelp", "longhelp")
+
 # Field names of the format.py structs, in struct order ('x' padding has no name).
 FIELDS: dict[struct.Struct, tuple[str, ...]] = {
     fmt.HEADER: ("magic", "version", "g1", "g2", "tocs", "flags", "process", "cluster"),
@@ -38,26 +40,8 @@ FIELDS: dict[struct.Struct, tuple[str, ...]] = {
     fmt.INDOM: ("serial", "count", "offset", "shorthelp", "longhelp"),
     fmt.INSTANCE_V1: ("indom", "internal", "external"),
     fmt.INSTANCE_V2: ("indom", "internal", "external"),
-    fmt.METRIC_V1: (
-        "name",
-        "item",
-        "type",
-        "semantics",
-        "dimension",
-        "indom",
-        "shorthelp",
-        "longhelp",
-    ),
-    fmt.METRIC_V2: (
-        "name",
-        "item",
-        "type",
-        "semantics",
-        "dimension",
-        "indom",
-        "shorthelp",
-        "longhelp",
-    ),
+    fmt.METRIC_V1: METRIC_FIELDS,
+    fmt.METRIC_V2: METRIC_FIELDS,
     fmt.VALUE: ("value", "extra", "metric", "instance"),
     fmt.LABEL: ("flags", "identity", "internal", "payload"),
 }
