@@ -459,16 +459,21 @@ def pcp_required() -> None:
     require_pcp()
 
 
+def kept_dir(request: pytest.FixtureRequest, prefix: str, what: str) -> Iterator[Path]:
+    """Yield a fresh directory under /tmp, mode 0755 (readable by pcp, unlike tmp_path);
+    removed afterwards unless a test failed, when it is kept for its logs."""
+    path = make_dir(Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")))
+    yield path
+    if request.session.testsfailed == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        print(f"\n{what} kept in {path}")
+
+
 @pytest.fixture(scope="session")
 def private_base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A session directory under /tmp, mode 0755 (readable by pcp, unlike tmp_path); kept
-    when a test failed, for its logs."""
-    base = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-tests-", dir="/tmp")))
-    yield base
-    if request.session.testsfailed == 0:
-        shutil.rmtree(base, ignore_errors=True)
-    else:
-        print(f"\nprivate pmcd work directories kept in {base}")
+    """The session's directory for private pmcds (see :func:`kept_dir`)."""
+    yield from kept_dir(request, "pmda-mmv-tests-", "private pmcd work directories")
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ from fuzz.target import check_bytes, check_file
 from pmda_mmv import format as fmt
 from tests import mmvbuild
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
-from tests.pmcd import PrivatePmcd, make_dir, our_agent, require_pcp
+from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 
 pytestmark = pytest.mark.pmcd
 
@@ -144,13 +144,8 @@ def start_agent(base: Path, *args: str) -> Agent:
 
 @pytest.fixture(scope="module")
 def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp, mode 0755 (the agent runs as pcp); kept on failure."""
-    path = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-hardening-", dir="/tmp")))
-    yield path
-    if request.session.testsfailed == 0:
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        print(f"\nhardening work directory kept in {path}")
+    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
+    yield from kept_dir(request, "pmda-mmv-hardening-", "hardening work directory")
 
 
 @pytest.fixture(scope="module")
