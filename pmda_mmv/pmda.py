@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import cpmapi as c_api
+import cpmda
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
+from .pmidhash import PmidHashCount, writable_regions
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
@@ -38,6 +40,7 @@ ERR_INST: Final = [c_api.PM_ERR_INST, 0]
 ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
 NULL: Final = c_api.PM_IN_NULL
 SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
+HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
 
 # The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
@@ -169,6 +172,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
+        self.pmid_hash = PmidHashCount.find(opts.domain, writable_regions(cpmda.__file__))
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
@@ -193,6 +197,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         agent reports ready after its first scan, however long that takes; dbpmda and plain
         ``pipe binary`` lines must not get that report."""
         self.connect_pmcd()
+        if isinstance(self.pmid_hash, str):
+            self.log_line(f"PMID hash node count not found ({self.pmid_hash}): {HASH_NOTE}")
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
         self._guard(self.refresh_metrics, None)(True)
         if self.opts.notready:
@@ -292,6 +298,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.watcher.ensure()  # (re)arm after the directory appeared or changed
         elif self.watcher.observer is None:
             self.watcher.ensure()
+        if isinstance(self.pmid_hash, PmidHashCount):
+            self.pmid_hash.reset()  # before python3-pcp's pmdaRehash (pmidhash.py)
 
     def apply(self, changes: Changes) -> None:
         """Serve the catalogue's new state: every PMID and indom the changed files touch is
@@ -515,8 +523,7 @@ def _first_of(parts: list[Table]) -> Table:
 
 
 def _release_memory() -> None:
-    """Give freed heap back to the system after files go (glibc keeps it otherwise: the
-    soak test saw RSS climb in 30 MiB steps under churn)."""
+    """Give freed heap back to the system after files go (glibc keeps it otherwise)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)
 

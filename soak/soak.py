@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -54,11 +53,15 @@ class Sample:
     rss: int
 
     @classmethod
-    def of(cls, pid: int) -> Sample:
-        proc = psutil.Process(pid)
-        with open(f"/proc/{pid}/maps") as f:
-            maps = sum(1 for _ in f)
-        return cls(proc.num_fds(), maps, proc.memory_info().rss)
+    def of(cls, pid: int) -> Sample | None:
+        """The process's descriptors, mappings and RSS; None when it is gone."""
+        try:
+            proc = psutil.Process(pid)
+            with open(f"/proc/{pid}/maps") as f:
+                maps = sum(1 for _ in f)
+            return cls(proc.num_fds(), maps, proc.memory_info().rss)
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None
 
 
 @dataclass
@@ -120,12 +123,20 @@ def probe(pmcd: PrivatePmcd, *metrics: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(raw.args, raw.returncode, stdout, stderr)
 
 
-def agent_spec(mmv_dir: Path) -> AgentSpec:
+def agent_spec(mmv_dir: Path, heaptrack: Path | None = None) -> AgentSpec:
     """our_agent, logging to mmv.<pid>.log: if pmcd restarts a dead agent (it does on any
-    SIGHUP), the dead one's log is kept."""
+    SIGHUP), the dead one's log is kept.  With ``heaptrack``, run under heaptrack(1),
+    its profile written to ``heaptrack/heaptrack.mmv.<pid>.zst``."""
     spec = our_agent(mmv_dir, "--status-metrics")
     argv = [a if a != "mmv.log" else "mmv.$$.log" for a in spec.argv]
-    script = " ".join(a if a == "mmv.$$.log" else shlex.quote(a) for a in argv)
+    if heaptrack is not None:  # heaptrack talks on stdout: the agent gets pmcd's pipe as fd 3
+        boot = "import os,runpy; os.dup2(3,1); os.close(3); runpy.run_module('pmda_mmv', "
+        boot += "run_name='__main__', alter_sys=True)"
+        out = str(heaptrack / "heaptrack.mmv.$$")
+        argv = ["heaptrack", "-o", out, argv[0], "-P", "-c", boot, *argv[4:]]
+    script = " ".join(a if "$$" in a else shlex.quote(a) for a in argv)
+    if heaptrack is not None:
+        script = f"3>&1 1>&2 {script}"
     return AgentSpec(spec.name, spec.domain, ("/bin/sh", "-c", f"exec {script}"), notready=True)
 
 
@@ -151,15 +162,32 @@ def agent_restarts(pmcd: PrivatePmcd) -> list[str]:
     return [ln for ln in pmcd.pmcd_log().splitlines() if ln.startswith("Cleanup ")]
 
 
+def served_files(pmcd: PrivatePmcd) -> str:
+    """mmv.control.files, or pminfo's complaint when the agent does not answer."""
+    try:
+        return pmcd.fetch("mmv.control.files")[None]
+    except AssertionError as e:
+        return str(e).strip()[-200:]
+
+
 def agent_pid(pmcd: PrivatePmcd) -> int:
-    pids = [
-        p
-        for p in pmcd.agent_processes()
-        if {"pmda_mmv", "pmdammv-reference"}
-        & {os.path.basename(a) for a in psutil.Process(p).cmdline()}
-    ]
+    """The agent's PID (exactly one agent runs)."""
+    pids = agent_pids(pmcd)
     assert len(pids) == 1, pids
-    return pids[0]
+    return pids.pop()
+
+
+def agent_pids(pmcd: PrivatePmcd) -> set[int]:
+    """The agents' PIDs: pmcd's children, or their descendants when run under heaptrack."""
+    candidates = [psutil.Process(p) for p in pmcd.agent_processes()]
+    candidates += [c for p in list(candidates) for c in p.children(recursive=True)]
+    pids = {
+        p.pid
+        for p in candidates
+        if p.name() == "pmdammv-reference"
+        or (p.name().startswith("python") and "pmda_mmv" in " ".join(p.cmdline()))
+    }
+    return pids
 
 
 def start_writers(a: argparse.Namespace, mmv_dir: Path) -> list[subprocess.Popen[str]]:
@@ -185,7 +213,7 @@ def tell(writers: list[subprocess.Popen[str]], word: str) -> None:
 
 def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
     mmv_dir = make_dir(work / "tmp" / "mmv")
-    spec = c_agent(mmv_dir.parent) if a.agent == "c" else agent_spec(mmv_dir)
+    spec = c_agent(mmv_dir.parent) if a.agent == "c" else agent_spec(mmv_dir, a.heaptrack)
     pmcd = PrivatePmcd(work / "pmcd", [spec])
     pmcd.start()
     writers: list[subprocess.Popen[str]] = []
@@ -198,6 +226,7 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             client.fetch_once()
         client.failures.clear()
         start = Sample.of(pid)
+        assert start is not None, "the agent died during the warm-up"
         thread = threading.Thread(target=client.loop, daemon=True)
         rss_series: list[int] = []
         sampler = threading.Thread(
@@ -238,13 +267,13 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
             "permanent_failures": len(client.failures),
             "first_failures": client.failures[:10],
             "permanent_moved": f"{len(client.moved)}/{len(permanent)}",
-            "agent_same_pid": agent_pid(pmcd) == pid,
+            "agent_same_pid": agent_pids(pmcd) == {pid},
             "pmcd_cleanups": agent_restarts(pmcd)[:10],
             "pmcd_sighups": pmcd.pmcd_log().count("pmcd RESTARTED"),
             "rss_kib_every_30s": rss_series,
             "start": asdict(start),
-            "end": asdict(end),
-            "served_files_end": pmcd.fetch("mmv.control.files")[None],
+            "end": asdict(end) if end else None,
+            "served_files_end": served_files(pmcd),
             "agent_log_lines": len(log.splitlines()),
             "agent_log_errors": Counter(
                 ln.split(" Error: ", 1)[1].split(":")[-1].strip()[:60]
@@ -266,17 +295,23 @@ def run(a: argparse.Namespace, work: Path) -> dict[str, object]:
         pmcd.stop()
 
 
-def verdict(s: dict[str, object], start: Sample, end: Sample, perm: int, moved: int) -> bool:
+def verdict(s: dict[str, object], start: Sample, end: Sample | None, perm: int, moved: int) -> bool:
     checks = {
         "same agent process": s["agent_same_pid"] is True,
         "no failed fetch of a permanent file": s["permanent_failures"] == 0,
         "permanent counters moved": moved == perm,
-        f"descriptors back (start {start.fds}, end {end.fds})": end.fds <= start.fds + FD_SLACK,
-        f"mappings back (start {start.maps}, end {end.maps})": end.maps <= start.maps + MAPS_SLACK,
-        f"RSS back (start {start.rss >> 10} KiB, end {end.rss >> 10} KiB)": end.rss
-        <= start.rss + RSS_SLACK,
         "only permanent files served at the end": s["served_files_end"] == str(perm),
     }
+    if end is None:
+        checks["the agent is still running (its resources can be compared)"] = False
+    else:
+        checks |= {
+            f"descriptors back (start {start.fds}, end {end.fds})": end.fds <= start.fds + FD_SLACK,
+            f"mappings back (start {start.maps}, end {end.maps})": end.maps
+            <= start.maps + MAPS_SLACK,
+            f"RSS back (start {start.rss >> 10} KiB, end {end.rss >> 10} KiB)": end.rss
+            <= start.rss + RSS_SLACK,
+        }
     for what, ok in checks.items():
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
     return all(checks.values())
@@ -297,6 +332,12 @@ def main() -> int:
     )
     p.add_argument(
         "--sighup", type=float, default=0, help="also SIGHUP pmcd every N seconds (default: no)"
+    )
+    p.add_argument(
+        "--heaptrack",
+        type=Path,
+        metavar="DIR",
+        help="run pmda-mmv under heaptrack(1), its profile written to DIR",
     )
     a = p.parse_args()
     work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-soak-", dir="/tmp")))

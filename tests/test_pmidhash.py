@@ -1,0 +1,224 @@
+"""pmda_mmv.pmidhash: the PMID hash's node count, kept to the PMIDs really hashed.
+
+python3-pcp calls libpcp_pmda's ``pmdaRehash`` at every metric-table change; before PCP
+7.0.1 (upstream 737a18aca2) the hash's node count only ever grows, and with it the bucket
+array every rebuild allocates and walks.  The checks use real libpcp_pmda rebuilds (in a
+fresh interpreter, so that allocations can be counted), hand-built structures for the
+search, and the agent under a real pmcd.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pmda_mmv import format as fmt
+from pmda_mmv.pmidhash import (
+    NODES,
+    PMDA_EXT_FLAG_HASHED,
+    EExtHead,
+    PmdaExtHead,
+    PmdaInterfaceHead,
+    PmidHashCount,
+    writable_regions,
+)
+from tests.mmvbuild import Metric, MmvBuilder, Value
+from tests.pmcd import PrivatePmcd, our_agent, pcp_config
+
+REBUILDS = textwrap.dedent(
+    """
+    import ctypes
+    from pcp.pmda import pmdaMetric  # pmda.h's pmdaMetric, as ctypes
+    from pmda_mmv.pmidhash import PmidHashCount
+
+    class Mallinfo2(ctypes.Structure):  # glibc <malloc.h> struct mallinfo2
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = Mallinfo2
+
+    def in_use():  # bytes allocated, in the heap and in mmapped chunks
+        info = libc.mallinfo2()
+        return info.uordblks + info.hblkhd
+
+    pmda = ctypes.CDLL("libpcp_pmda.so.3")
+    dispatch = ctypes.create_string_buffer(4096)  # a pmdaInterface, zeroed
+    ctypes.c_int.from_buffer(dispatch).value = 70  # .domain
+    pmda.pmdaDaemon(dispatch, 7, b"hashtest", 70, None, None)
+    ext = ctypes.c_void_p(ctypes.c_void_p.from_buffer(dispatch, 16).value)  # .version.any.ext
+    start = ctypes.addressof(dispatch)
+    count = PmidHashCount.find(70, [(start, start + len(dispatch))])
+    assert isinstance(count, PmidHashCount), count
+    metrics = (pmdaMetric * 1000)()
+    for i, m in enumerate(metrics):
+        m.m_desc.pmid = (70 << 22) | (1 << 10) | i
+    for _ in range(10):
+        pmda.pmdaRehash(ext, metrics, len(metrics))
+    before = in_use()
+    for _ in range(1500):  # one rebuild per metric-table change, as python3-pcp does
+        if RESET:
+            count.reset()
+        pmda.pmdaRehash(ext, metrics, len(metrics))
+    print(in_use() - before, *count.count())
+    """
+)
+
+
+def rebuilds(reset: bool) -> tuple[int, int, int]:
+    """(bytes allocated by 1,500 rebuilds of a 1,000-PMID table, node count, PMIDs)."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"RESET = {reset}\n" + REBUILDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[1],
+    )
+    if out.returncode != 0:  # not an AssertionError: the xfail below expects only those
+        raise RuntimeError(out.stderr)
+    grown, nodes, pmids = (int(w) for w in out.stdout.split())
+    return grown, nodes, pmids
+
+
+def pcp_version() -> tuple[int, ...]:
+    return tuple(int(p) for p in pcp_config("PCP_VERSION", "0").split(".")[:3] if p.isdigit())
+
+
+@pytest.mark.xfail(
+    pcp_version() < (7, 0, 1),
+    reason="PCP < 7.0.1: pmdaRehash never lowers the hash's node count (upstream 737a18aca2)",
+    raises=AssertionError,
+    strict=True,
+)
+def test_libpcp_pmda_rebuilds_keep_their_size() -> None:
+    """Left alone, PCP 6.0.3's count reaches 1.5 million and the rebuilds 3.9 MB more."""
+    grown, nodes, pmids = rebuilds(reset=False)
+    assert nodes <= 2 * pmids and grown < 256 << 10, (grown, nodes)
+
+
+def test_reset_keeps_rebuilds_flat() -> None:
+    grown, nodes, pmids = rebuilds(reset=True)
+    assert pmids == 1000
+    assert nodes <= 2 * pmids  # the rebuild after a reset adds its PMIDs to the reset count
+    assert grown < 64 << 10
+
+
+# -- the search, on hand-built structures -----------------------------------------------
+
+
+class Agent:
+    """A pmdaInterface -> pmdaExt -> e_ext_t cycle in ctypes buffers, as libpcp_pmda's
+    pmdaDaemon leaves it, with room around the interface for a search region."""
+
+    def __init__(self, domain: int = 70) -> None:
+        self.region = ctypes.create_string_buffer(256)
+        self.dispatch = PmdaInterfaceHead.from_buffer(self.region, 64)
+        self.ext = PmdaExtHead()
+        self.e_ext = EExtHead()
+        self.dispatch.domain = domain
+        self.dispatch.ext = ctypes.addressof(self.ext)
+        self.ext.e_domain = domain
+        self.ext.e_ext = ctypes.addressof(self.e_ext)
+        self.e_ext.dispatch = ctypes.addressof(self.dispatch)
+
+    def span(self) -> tuple[int, int]:
+        start = ctypes.addressof(self.region)
+        return start, start + len(self.region)
+
+    def hashed(self, nodes: int, pmids: int) -> None:
+        self.ext.e_flags |= PMDA_EXT_FLAG_HASHED
+        self.ext.e_nmetrics = pmids
+        self.e_ext.hashpmids.nodes = nodes
+
+
+def test_find_follows_the_pointer_cycle() -> None:
+    a = Agent()
+    count = PmidHashCount.find(70, [a.span()])
+    assert isinstance(count, PmidHashCount)
+    assert count.ext == ctypes.addressof(a.ext)
+    assert count.nodes == ctypes.addressof(a.e_ext) + NODES
+    a.hashed(nodes=123456, pmids=450)
+    assert count.count() == (123456, 450)
+    assert count.reset() == 123456
+    assert a.e_ext.hashpmids.nodes == 450
+    assert count.reset() is None  # already right: nothing written
+    count.close()
+
+
+def test_reset_leaves_an_unhashed_table_alone() -> None:
+    a = Agent()
+    count = PmidHashCount.find(70, [a.span()])
+    assert isinstance(count, PmidHashCount)
+    a.e_ext.hashpmids.nodes = 99  # the hash is not in use (PMDA_EXT_FLAG_HASHED clear)
+    assert count.reset() is None and a.e_ext.hashpmids.nodes == 99
+    count.close()
+
+
+@pytest.mark.parametrize("breakage", ["other domain", "cycle open", "wild pointer", "twice"])
+def test_find_refuses_what_it_cannot_prove(breakage: str) -> None:
+    a, other = Agent(), Agent()
+    regions = [a.span()]
+    if breakage == "other domain":
+        a.ext.e_domain = 71
+    elif breakage == "cycle open":
+        a.e_ext.dispatch += 8
+    elif breakage == "wild pointer":
+        a.dispatch.ext = 8  # an unmapped address: an OSError reading /proc/self/mem, no crash
+    else:
+        regions.append(other.span())
+    before = bytes(a.region)
+    found = PmidHashCount.find(70, regions)
+    assert isinstance(found, str)
+    wanted = "2 candidate" if breakage == "twice" else "0 candidate"
+    assert found.startswith(wanted)
+    assert bytes(a.region) == before
+
+
+def test_writable_regions_cover_the_loaded_module() -> None:
+    import cpmda
+
+    regions = writable_regions(cpmda.__file__)
+    assert regions and all(start < end for start, end in regions)
+    assert writable_regions("/nonexistent.so") == []
+
+
+# -- the agent under pmcd ---------------------------------------------------------------
+
+
+def wide(cluster: int, metrics: int) -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster)
+    for item in range(metrics):
+        b.metrics.append(Metric(f"m{item}", item + 1, fmt.TYPE_U32, fmt.SEM_INSTANT, 0, None))
+        b.values.append(Value(f"m{item}", None, item))
+    return b
+
+
+def test_agent_keeps_the_count_down_under_churn(
+    private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path
+) -> None:
+    """40 times a 100-metric file comes and goes, each seen by a request: 80 rebuilds,
+    8,000 PMIDs hashed; the agent's count stays within twice its metric table."""
+    import cpmda
+
+    pmcd = private_pmcd(our_agent(private_mmv_dir))
+    path = private_mmv_dir / "wide"
+    for _ in range(40):
+        wide(5, 100).write(path)
+        assert pmcd.run("pmprobe", "mmv.wide.m99").stdout.split() == ["mmv.wide.m99", "1"]
+        os.unlink(path)
+        assert pmcd.run("pmprobe", "mmv.wide").stdout.split()[1] != "1"
+    [pid] = [p for p in pmcd.agent_processes() if "pmda_mmv" in psutil.Process(p).cmdline()]
+    count = PmidHashCount.find(70, writable_regions(cpmda.__file__, str(pid)), str(pid))
+    assert isinstance(count, PmidHashCount), count
+    nodes, pmids = count.count()
+    count.close()
+    assert 0 < pmids < 100 and nodes <= 2 * 100 + pmids, (nodes, pmids)
