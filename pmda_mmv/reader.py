@@ -504,6 +504,8 @@ def _decoder(mf: MmvFile, mtype: int) -> Callable[[Snapshot, int], object]:
 def _check_stat(path: str, st: os.stat_result, max_size: int) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise Refused(path, "file", -1, "not a regular file")
+    if st.st_size == 0:  # libpcp_mmv creates the file, then sizes it: retry it
+        raise NotReady(path, "file.size", 0, "size 0, not written yet")
     if st.st_size < fmt.HEADER_SIZE:
         raise Refused(
             path,

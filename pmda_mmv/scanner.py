@@ -11,7 +11,9 @@ seconds.  Unchanged files keep their descriptor, tables, cluster and PMIDs.
 Policies: dot-files are ignored; only regular files are read (FIFOs never block); a symlink
 is followed only when its target is a regular file inside the same directory; when
 ``owners`` is given, only files owned by those uids are served; files larger than
-``max_size`` are refused.  Every refusal is logged once per change of the file.
+``max_size`` are refused.  Every refusal is logged once per change of the file; a file that
+is not ready (empty, header or generation not written yet) is logged once it has stayed so
+for ``not_ready_grace`` seconds, since every writer passes through those states.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady, prin
 OK: Final = "ok"
 PARTIAL: Final = "partial"
 NOT_READY: Final = "not-ready"
+NOT_READY_GRACE: Final = 1.0  # seconds a file may stay not ready before it is logged
 REFUSED: Final = "refused"
 EXITED: Final = "exited"
 """States of a directory entry, as ``mmv.control.file.state`` reports them."""
@@ -50,6 +53,7 @@ class FileState:
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)
     process: psutil.Process | None = None
+    log_after: float = 0.0  # while not ready: when its problem is worth a log line
 
     @property
     def last_problem(self) -> str:
@@ -102,6 +106,7 @@ class Scanner:
         max_size: int = DEFAULT_MAX_SIZE,
         owners: Iterable[int] | None = None,
         check_interval: float = 0.05,
+        not_ready_grace: float = NOT_READY_GRACE,
         log: Log | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -110,6 +115,7 @@ class Scanner:
         self.max_size = max_size
         self.owners = set(owners) if owners is not None else None
         self.check_interval = check_interval
+        self.not_ready_grace = not_ready_grace
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
         self.clock = clock
@@ -326,9 +332,17 @@ class Scanner:
         problem = printable(problem)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
-        if state.state != new or state.last_problem != problem:
-            if not logged and (new != NOT_READY or state.state != NOT_READY):
+        changed = state.state != new or state.last_problem != problem
+        if new == NOT_READY:  # logged only if it stays so: writers pass through it
+            now = self.clock()
+            if state.state != NOT_READY:
+                state.log_after = now + self.not_ready_grace
+            if now >= state.log_after:
+                state.log_after = float("inf")
                 self.log(problem)
+        elif changed and not logged:
+            self.log(problem)
+        if changed:
             changes.states = True
         state.state = new
         state.problems = [problem]

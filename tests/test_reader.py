@@ -171,9 +171,15 @@ def test_file_smaller_than_header(tmp_path: Path) -> None:
     assert (e.field, e.offset, e.limit) == ("file.size", 0, fmt.HEADER_SIZE)
 
 
-def test_empty_file(tmp_path: Path) -> None:
-    e = refuse(tmp_path, b"", Refused)
+def test_empty_file_is_not_ready(tmp_path: Path) -> None:
+    # libpcp_mmv creates the file, then sizes it: an empty file is a writer mid-creation
+    e = refuse(tmp_path, b"", NotReady)
     assert (e.field, e.offset) == ("file.size", 0)
+
+
+def test_file_shorter_than_a_header(tmp_path: Path) -> None:
+    e = refuse(tmp_path, b"MMV\0", Refused)
+    assert (e.field, e.offset, e.limit) == ("file.size", 0, 40)
 
 
 def test_bad_magic(tmp_path: Path) -> None:
