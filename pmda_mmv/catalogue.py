@@ -22,7 +22,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -36,9 +36,26 @@ CONTROL_CLUSTER: Final = 0
 INDOM_POOL: Final = range(1, 2048)
 """PCP indom serials handed to (cluster, serial) pairs that cannot be packed; 0 is the agent's."""
 
+REMEMBERED: Final = 10_000
+"""Departed files whose cluster (and status instance id) are kept, so that a file coming
+back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
+of files named by PID would otherwise grow these tables by ~200 bytes per name, forever)."""
+
 Log = Callable[[str], None]
 K = TypeVar("K")
 S = TypeVar("S")
+V = TypeVar("V")
+
+
+def remember(table: dict[str, V], name: str, value: V, present: Collection[str]) -> None:
+    """``table[name] = value`` as its newest entry; once more than REMEMBERED (+1/8) names
+    in ``table`` are not ``present``, the oldest of those are dropped, down to REMEMBERED."""
+    table.pop(name, None)
+    table[name] = value
+    if len(table) - len(present) > REMEMBERED * 9 // 8:
+        departed = [n for n in table if n not in present]
+        for old in departed[: len(departed) - REMEMBERED]:
+            del table[old]
 
 
 @dataclass(slots=True)
@@ -266,7 +283,7 @@ class Catalogue:
         self._add_metrics(entry)
         entry.labels, entry.notes = _merge(lb for lb in mf.labels if lb.kind == fmt.LABEL_CLUSTER)
         self.files[mf.name] = entry
-        self.last_cluster[mf.name] = cluster
+        remember(self.last_cluster, mf.name, cluster, self.files)
         return entry
 
     def _refuse_file(self, why: str) -> FileEntry | None:

@@ -28,7 +28,7 @@ from typing import Final
 
 import psutil
 
-from .catalogue import Catalogue, FileEntry, Log
+from .catalogue import Catalogue, FileEntry, Log, remember
 from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady, printable
 
 OK: Final = "ok"
@@ -127,7 +127,8 @@ class Scanner:
         self._list_error: str | None = None
         self._last_check = float("-inf")
         self._check_from = 0  # where the next periodic check starts, in served-name order
-        self._instances: dict[str, int] = {}
+        self._instances: dict[str, int] = {}  # name -> status instance id (catalogue.remember)
+        self._next_instance = 0
         self._dirty: set[str] = set()
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
         self._dirty_lock = threading.Lock()
@@ -252,7 +253,12 @@ class Scanner:
         return changes
 
     def _instance(self, name: str) -> int:
-        return self._instances.setdefault(name, len(self._instances))
+        """The status instance id of ``name``: kept while remembered, never reused."""
+        inst = self._instances.get(name)
+        if inst is None:
+            inst, self._next_instance = self._next_instance, self._next_instance + 1
+            remember(self._instances, name, inst, self.states)
+        return inst
 
     # -- one file
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pmda_mmv import catalogue
 from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue
 from pmda_mmv.reader import MmvFile
@@ -120,6 +121,21 @@ def test_reloaded_file_keeps_its_cluster(tmp_path: Path, cat: Catalogue) -> None
     cluster = first.cluster
     again = cat.add(load(tmp_path, "auto", simple(cluster=0, names=("a", "b"))))
     assert again is not None and again.cluster == cluster
+
+
+def test_departed_names_are_remembered_up_to_a_bound(
+    tmp_path: Path, cat: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The soak test churns thousands of new names; files named by PID never come back.
+    monkeypatch.setattr(catalogue, "REMEMBERED", 8)
+    assert cat.add(load(tmp_path, "stays", simple(cluster=0))) is not None
+    for n in range(40):
+        assert cat.add(load(tmp_path, f"gone{n}", simple(cluster=0))) is not None
+        cat.remove(f"gone{n}")
+    departed = len(cat.last_cluster) - len(cat.files)
+    assert departed <= 8 * 9 // 8 + 1  # pruned at an add, back to 8, then one more left
+    assert "stays" in cat.last_cluster  # present: never forgotten, however old
+    assert "gone39" in cat.last_cluster and "gone0" not in cat.last_cluster  # oldest go first
 
 
 def test_indom_serials_pack_like_the_reference_and_never_alias(

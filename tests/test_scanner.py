@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pmda_mmv import catalogue
 from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.scanner import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, REFUSED, Scanner
@@ -128,6 +129,24 @@ def test_not_ready_is_retried_quietly_then_served(d: Dir) -> None:
     b.write(d.path / "a")
     assert d.refresh() == ([], ["a"])
     assert not d.scanner.pending
+
+
+def test_status_instance_ids_are_never_reused_and_departed_names_bounded(
+    d: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(catalogue, "REMEMBERED", 4)
+    one().write(d.path / "stays")
+    d.refresh()
+    ids = [d.scanner.states["stays"].instance]
+    for n in range(20):
+        one(cluster=2).write(d.path / f"gone{n}")
+        d.refresh()
+        ids.append(d.scanner.states[f"gone{n}"].instance)
+        os.unlink(d.path / f"gone{n}")
+        d.refresh()
+    assert len(set(ids)) == len(ids)
+    assert len(d.scanner._instances) - len(d.scanner.states) <= 4 * 9 // 8 + 1
+    assert "stays" in d.scanner._instances and "gone0" not in d.scanner._instances
 
 
 def test_empty_file_is_not_ready_until_written(d: Dir) -> None:
