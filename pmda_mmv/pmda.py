@@ -26,7 +26,7 @@ from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
-from .pmidhash import PmidHashCount, writable_regions
+from .pmidhash import PmidHashCount, locate
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
@@ -172,7 +172,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
-        self.pmid_hash = PmidHashCount.find(opts.domain, writable_regions(cpmda.__file__))
+        self.pmid_hash = locate(opts.domain, cpmda.__file__)
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
@@ -298,12 +298,27 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.watcher.ensure()  # (re)arm after the directory appeared or changed
         elif self.watcher.observer is None:
             self.watcher.ensure()
-        if isinstance(self.pmid_hash, PmidHashCount):
-            self.pmid_hash.reset()  # before python3-pcp's pmdaRehash (pmidhash.py)
 
     def apply(self, changes: Changes) -> None:
         """Serve the catalogue's new state: every PMID and indom the changed files touch is
-        registered again from the files that serve it now (several when they share it)."""
+        registered again from the files that serve it now (several when they share it).
+        Then, however that went, python3-pcp rebuilds its tables (pmdaRehash) when this
+        callback returns: the PMID hash's count is set right first (pmidhash.py)."""
+        try:
+            self._apply(changes)
+        finally:
+            self._reset_pmid_hash()
+
+    def _reset_pmid_hash(self) -> None:
+        if isinstance(self.pmid_hash, PmidHashCount):
+            try:
+                self.pmid_hash.reset()
+            except OSError as e:
+                self.pmid_hash.close()
+                self.pmid_hash = f"reset failed: {e}"
+                self.log_line(f"PMID hash node count: {self.pmid_hash}: {HASH_NOTE}")
+
+    def _apply(self, changes: Changes) -> None:
         for entry in changes.removed:
             files = [e for e in self.by_cluster.get(entry.cluster, []) if e is not entry]
             self._set_cluster(entry.cluster, files)

@@ -3,13 +3,13 @@
 python3-pcp calls ``pmdaRehash`` whenever the metric table changes, so at every file this
 agent adds or removes.  ``pmdaRehash`` empties the PMID hash (an ``__pmHashCtl`` inside
 libpcp_pmda's private ``e_ext_t``) with a walk that frees the nodes but, before PCP 7.0.1
-(upstream commit 737a18aca2, "fix accounting within __pmHashCtl after walk-based-delete"),
-never lowers its node count.  The count therefore sums every PMID ever hashed, and each
-rebuild grows a bucket array to a quarter of it and walks it: measured on PCP 6.0.3, a
-rebuild of 450 metrics takes 0.02 ms at first, 1 ms once a million PMIDs have been hashed
-(a 2 MiB array), 155 ms after 100 million.  Under churning files (or a local user churning
-them on purpose) the agent slows down without bound, and glibc's heap grows in steps (the
-soak test: RSS 24 -> 57 MiB in 10 minutes).
+(upstream commit 737a18aca2 in libpcp's ``__pmHashWalkCB``, "fix accounting within
+__pmHashCtl after walk-based-delete"), never lowers its node count.  The count therefore
+sums every PMID ever hashed, and each rebuild grows a bucket array to a quarter of it and
+walks it: measured on PCP 6.0.3, a rebuild of 450 metrics takes 0.02 ms at first, 1 ms
+once a million PMIDs have been hashed (a 2 MiB array), 155 ms after 100 million.  Under
+churning files (or a local user churning them on purpose) the agent slows down without
+bound, and glibc's heap grows in steps (the soak test: RSS 24 -> 57 MiB in 10 minutes).
 
 :class:`PmidHashCount` finds that count and, before each rebuild, sets it back to the number
 of PMIDs actually in the hash.  Nothing is dereferenced in this process: memory is read and
@@ -33,7 +33,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, TypeGuard, TypeVar
 
 PMDA_EXT_FLAG_HASHED: Final = 1 << 1  # pmda.h
 
@@ -94,27 +94,27 @@ class EExtHead(ctypes.Structure):
 
 
 NODES: Final = EExtHead.hashpmids.offset + PmHashCtl.nodes.offset
+BSS_TAIL: Final = 1 << 16  # bytes of an anonymous mapping searched after a .so's own
 T = TypeVar("T", PmdaExtHead, EExtHead, ctypes.c_int)
 
 
 def writable_regions(path: str, pid: str = "self") -> list[tuple[int, int]]:
     """(start, end) of the writable mappings of the shared object at ``path`` in process
-    ``pid``, each with the anonymous mapping right after it (the rest of its .bss)."""
+    ``pid``, each joined with an anonymous mapping that continues it (the rest of its .bss,
+    at most BSS_TAIL bytes of it).  Raises OSError when /proc/PID/maps cannot be read."""
     target = os.path.realpath(path)
     regions: list[tuple[int, int]] = []
-    previous_ours = False
     with open(f"/proc/{pid}/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             start, end = (int(x, 16) for x in fields[0].split("-"))
             name = fields[5].strip() if len(fields) > 5 else ""
-            writable = fields[1].startswith("rw")
-            if writable and (name == target or (previous_ours and not name)):
-                if regions and regions[-1][1] == start:
-                    regions[-1] = (regions[-1][0], end)
-                else:
-                    regions.append((start, end))
-            previous_ours = name == target
+            if not fields[1].startswith("rw"):
+                continue
+            if name == target:
+                regions.append((start, end))
+            elif not name and regions and regions[-1][1] == start:  # its .bss, continued
+                regions[-1] = (regions[-1][0], min(end, start + BSS_TAIL))
     return regions
 
 
@@ -158,21 +158,29 @@ class PmidHashCount:
 
     def reset(self) -> int | None:
         """Lower the count to the PMIDs actually hashed (``e_nmetrics`` while the hash is in
-        use); returns the count it replaced, None when it was already right or unreadable."""
-        try:
-            ext = _read(self.mem, self.ext, PmdaExtHead)
-            if not ext.e_flags & PMDA_EXT_FLAG_HASHED:
-                return None
-            nodes = _read(self.mem, self.nodes, ctypes.c_int).value
-            if nodes <= ext.e_nmetrics:
-                return None
-            os.pwrite(self.mem, bytes(ctypes.c_int(ext.e_nmetrics)), self.nodes)
-            return nodes
-        except OSError:
+        use, and while ``e_ext`` still leads to the count found); returns the count it
+        replaced, None when it was already right.  Raises OSError (/proc/self/mem)."""
+        ext = _read(self.mem, self.ext, PmdaExtHead)
+        if not ext.e_flags & PMDA_EXT_FLAG_HASHED or ext.e_ext + NODES != self.nodes:
             return None
+        nodes = _read(self.mem, self.nodes, ctypes.c_int).value
+        if nodes <= ext.e_nmetrics:
+            return None
+        os.pwrite(self.mem, bytes(ctypes.c_int(ext.e_nmetrics)), self.nodes)
+        return nodes
 
     def close(self) -> None:
         os.close(self.mem)
+
+
+def locate(domain: int, module: str) -> PmidHashCount | str:
+    """The count of ``domain``'s PMDA whose ``pmdaInterface`` is in the shared object
+    ``module`` (python3-pcp's cpmda), or why it was not found."""
+    try:
+        regions = writable_regions(module)
+    except OSError as e:
+        return f"/proc/self/maps: {e.strerror}"
+    return PmidHashCount.find(domain, regions)
 
 
 def _candidates(mem: int, domain: int, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -189,15 +197,23 @@ def _candidates(mem: int, domain: int, start: int, end: int) -> Iterator[tuple[i
         if offset % 8 or offset + size > len(data):
             continue
         head = PmdaInterfaceHead.from_buffer_copy(data, offset)
+        if not _plausible(head.ext):
+            continue
         try:
-            ext = _read(mem, head.ext, PmdaExtHead) if head.ext else None
-            if ext is None or ext.e_domain != domain or not ext.e_ext:
+            ext = _read(mem, head.ext, PmdaExtHead)
+            if ext.e_domain != domain or not _plausible(ext.e_ext):
                 continue
             e_ext = _read(mem, ext.e_ext, EExtHead)
         except OSError:
             continue
         if e_ext.dispatch == start + offset:
             yield head.ext, ext.e_ext + NODES
+
+
+def _plausible(pointer: int | None) -> TypeGuard[int]:
+    """A pointer worth reading: not NULL (ctypes' None), not in page 0, and an off_t for
+    ``os.pread``."""
+    return pointer is not None and 4096 <= pointer < 1 << 63
 
 
 def _read(mem: int, address: int, ctype: type[T]) -> T:

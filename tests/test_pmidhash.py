@@ -163,7 +163,18 @@ def test_reset_leaves_an_unhashed_table_alone() -> None:
     count.close()
 
 
-@pytest.mark.parametrize("breakage", ["other domain", "cycle open", "wild pointer", "twice"])
+BREAKAGES = [
+    "other domain",
+    "cycle open",
+    "null",
+    "unmapped",
+    "high pointer",
+    "high e_ext",
+    "twice",
+]
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
 def test_find_refuses_what_it_cannot_prove(breakage: str) -> None:
     a, other = Agent(), Agent()
     regions = [a.span()]
@@ -171,16 +182,64 @@ def test_find_refuses_what_it_cannot_prove(breakage: str) -> None:
         a.ext.e_domain = 71
     elif breakage == "cycle open":
         a.e_ext.dispatch += 8
-    elif breakage == "wild pointer":
-        a.dispatch.ext = 8  # an unmapped address: an OSError reading /proc/self/mem, no crash
+    elif breakage == "null":  # (ctypes reads NULL as None: once an endless range scan)
+        a.dispatch.ext = None
+    elif breakage == "unmapped":
+        a.dispatch.ext = 4096  # an OSError reading /proc/self/mem, no crash
+    elif breakage == "high pointer":
+        a.dispatch.ext = (1 << 64) - 1  # -1 as a pointer: beyond what os.pread takes
+    elif breakage == "high e_ext":
+        a.ext.e_ext = 1 << 63
     else:
         regions.append(other.span())
-    before = bytes(a.region)
     found = PmidHashCount.find(70, regions)
     assert isinstance(found, str)
-    wanted = "2 candidate" if breakage == "twice" else "0 candidate"
-    assert found.startswith(wanted)
-    assert bytes(a.region) == before
+    assert found.startswith("2 candidate" if breakage == "twice" else "0 candidate")
+
+
+def test_reset_checks_the_cycle_again() -> None:
+    a = Agent()
+    count = PmidHashCount.find(70, [a.span()])
+    assert isinstance(count, PmidHashCount)
+    a.hashed(nodes=1000, pmids=10)
+    a.ext.e_ext += 64  # libpcp_pmda moved its e_ext_t: the count found is no longer its
+    assert count.reset() is None and a.e_ext.hashpmids.nodes == 1000
+    count.close()
+
+
+def test_reset_failure_is_an_oserror() -> None:
+    a = Agent()
+    count = PmidHashCount.find(70, [a.span()])
+    assert isinstance(count, PmidHashCount)
+    count.ext = 4096  # unreadable
+    with pytest.raises(OSError):
+        count.reset()
+    count.close()
+
+
+@pytest.mark.parametrize("domain", [70, 4])  # mmv, and the pmproxy variant
+def test_locate_finds_python3_pcp_s_own_dispatch(domain: int) -> None:
+    """A python3-pcp PMDA as the agent builds one (PCP_PYTHON_DOMAIN: no log file, no pmcd):
+    its pmdaInterface is cpmda's static one, found by locate()."""
+    script = (
+        "import cpmda\n"
+        "from pcp.pmda import PMDA\n"
+        "from pmda_mmv.pmidhash import PmidHashCount, locate\n"
+        f"agent = PMDA('probe', {domain})\n"
+        f"count = locate({domain}, cpmda.__file__)\n"
+        "assert isinstance(count, PmidHashCount), count\n"
+        "print(*count.count())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "PCP_PYTHON_DOMAIN": "1"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0"]  # no metric table yet, nothing hashed
 
 
 def test_writable_regions_cover_the_loaded_module() -> None:
