@@ -10,8 +10,6 @@ side effects; :func:`main` is what pmcd runs (``pmda-mmv pmda``).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import os
 import pwd
 import sys
@@ -40,8 +38,8 @@ ERR_INST: Final = [c_api.PM_ERR_INST, 0]
 ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
 NULL: Final = c_api.PM_IN_NULL
 SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
-HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
+HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 
 # The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
 RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
@@ -304,6 +302,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         registered again from the files that serve it now (several when they share it).
         Then, however that went, python3-pcp rebuilds its tables (pmdaRehash) when this
         callback returns: the PMID hash's count is set right first (pmidhash.py)."""
+        if not changes:
+            return
         try:
             self._apply(changes)
         finally:
@@ -333,8 +333,6 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self._serve_metric(cluster, item)
         if changes.removed or changes.added:
             self.set_notify_change()
-        if changes.removed:
-            _release_memory()
         if changes.states and self.opts.status_metrics:
             self._update_status_indom()
 
@@ -535,12 +533,6 @@ def _first_of(parts: list[Table]) -> Table:
         return values, special
 
     return build
-
-
-def _release_memory() -> None:
-    """Give freed heap back to the system after files go (glibc keeps it otherwise)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _instid(internal: int, external: str) -> pmdaInstid:

@@ -6,10 +6,11 @@ libpcp_pmda's private ``e_ext_t``) with a walk that frees the nodes but, before 
 (upstream commit 737a18aca2 in libpcp's ``__pmHashWalkCB``, "fix accounting within
 __pmHashCtl after walk-based-delete"), never lowers its node count.  The count therefore
 sums every PMID ever hashed, and each rebuild grows a bucket array to a quarter of it and
-walks it: measured on PCP 6.0.3, a rebuild of 450 metrics takes 0.02 ms at first, 1 ms
-once a million PMIDs have been hashed (a 2 MiB array), 155 ms after 100 million.  Under
+walks it: on PCP 6.0.3 a rebuild of 450 metrics takes 0.03 ms at first, 1.4 ms once a
+million PMIDs have been hashed (a 2 MiB array), 116 ms after 100 million
+(``benchmarks/rehash.py``; 0.03 ms throughout with the reset).  Under
 churning files (or a local user churning them on purpose) the agent slows down without
-bound, and glibc's heap grows in steps (the soak test: RSS 24 -> 57 MiB in 10 minutes).
+bound, and glibc's heap grows in steps (the soak test: RSS 23.5 -> 56.2 MiB in 10 minutes).
 
 :class:`PmidHashCount` finds that count and, before each rebuild, sets it back to the number
 of PMIDs actually in the hash.  Nothing is dereferenced in this process: memory is read and

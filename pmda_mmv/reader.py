@@ -402,12 +402,10 @@ class MmvFile:
         metric): int, float or str, :data:`NO_VALUE`, :data:`UNSUPPORTED`, or
         :data:`MISSING` where the file has no value entry.  Numeric metrics whose value
         entries are evenly spaced are read with one slice of the snapshot."""
-        code = _CAST.get(metric.type)
-        data = snap.data
-        if not self.sliced(snap, metric) or code is None:
+        if not self.sliced(snap, metric):
             decode = self.decoder(metric.type)
             return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]
-        view = memoryview(data).cast(code)  # type: ignore[call-overload]
+        view = memoryview(snap.data).cast(_CAST[metric.type])  # type: ignore[call-overload]
         first, step = metric.slots[0] // view.itemsize, metric.stride // view.itemsize
         values: list[object] = view[first : first + step * len(metric.slots) : step].tolist()
         return values

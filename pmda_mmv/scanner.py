@@ -346,16 +346,15 @@ class Scanner:
             if now >= state.log_after:
                 state.log_after = float("inf")
                 self.log(problem)
-        elif changed and not logged:
-            self.log(problem)
+            self._not_ready.add(state.name)
+        else:
+            if changed and not logged:
+                self.log(problem)
+            self._not_ready.discard(state.name)
         if changed:
             changes.states = True
         state.state = new
         state.problems = [problem]
-        if new == NOT_READY:
-            self._not_ready.add(state.name)
-        else:
-            self._not_ready.discard(state.name)
 
     # -- served files: generation and writer
 
@@ -364,15 +363,12 @@ class Scanner:
         of them, continuing where the last check stopped."""
         changes = Changes()
         stale: list[str] = []
-        served = [(n, s) for n, s in self.states.items() if s.entry is not None]
+        served = [(n, s, s.entry) for n, s in self.states.items() if s.entry is not None]
         if budget is not None and len(served) > budget:
             start = self._check_from % len(served)
             self._check_from = start + budget
             served = (served + served)[start : start + budget]
-        for name, state in served:
-            entry = state.entry
-            if entry is None:
-                continue
+        for name, state, entry in served:
             try:
                 entry.mf.check_generation()
             except Changed:
