@@ -28,6 +28,8 @@ class _Handler(FileSystemEventHandler):
         self.lost = False  # the watched directory itself was deleted or moved away
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return  # reads, the agent's own among them: nothing changed
         if os.fsdecode(event.src_path) == self.directory and event.event_type in (
             "deleted",
             "moved",

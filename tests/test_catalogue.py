@@ -183,7 +183,9 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     wanted = cat.wanted_indoms(files)
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
-    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == catalogue.derived_indom("p", 4097)
+    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == catalogue.derived_indom(
+        "p", 4097
+    )
 
 
 def test_a_file_full_of_overflowing_indoms_drains_nothing(tmp_path: Path) -> None:
