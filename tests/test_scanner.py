@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -177,7 +178,7 @@ def test_not_ready_backoff_doubles_to_a_few_seconds(d: Dir) -> None:
     d.refresh()  # retried at the next request
     assert d.scanner.retries == 1
     times = [d.now, *retry_times(d, 12)]
-    waits = [b - a for a, b in zip(times, times[1:], strict=False)]
+    waits = [b - a for a, b in itertools.pairwise(times)]
     want = [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2] + [RETRY_MAX] * 5
     assert waits == pytest.approx(want, abs=0.011)  # the clock moves in steps of 0.01
     make_ready_unseen(d.path / "a")
