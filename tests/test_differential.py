@@ -34,6 +34,7 @@ import psutil
 import pytest
 
 from pmda_mmv import format as fmt
+from pmda_mmv.catalogue import derived_indom
 from tests import mmvbuild
 from tests.normalize import (
     BAD_PMID,
@@ -191,6 +192,29 @@ def case_indom_alias(d: Path) -> list[Any]:
     return [p, q]
 
 
+SPEEDY = ((3776285, "visits", [(1, "home"), (2, "about")]), (1234567, "hits", [(7, "api")]))
+"""Indom serials as Speed and Parfait write them (22-bit hashes), on cluster 7: C numbers
+70.3784477 and 70.1244807."""
+
+
+def speedy(path: Path, reverse: bool = False) -> Registry:
+    """libpcp_mmv writes file ``speedy``'s indoms (in the other order with ``reverse``)."""
+    r = Registry(path, 7)
+    for serial, name, insts in reversed(SPEEDY) if reverse else SPEEDY:
+        r.indom(serial, insts, f"{name} instances")
+    for item, (serial, name, _) in enumerate(SPEEDY, 1):
+        r.metric(name, item, U32, indom=serial)
+    r.start()
+    for _, name, insts in SPEEDY:
+        for internal, inst in insts:
+            r.set(name, inst, internal)
+    return r
+
+
+def case_hashed_serials(d: Path) -> list[Any]:
+    return [speedy(d / "speedy")]
+
+
 def case_help(d: Path) -> list[Any]:
     """Help text everywhere: indoms with both texts, one-line only, none; a NOSUPPORT metric
     with help; a metric on an empty indom (no value entry) with help."""
@@ -289,6 +313,7 @@ def case_mmvbuild(d: Path) -> list[Any]:
 OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-collide": case_collide,
     "own-indom-alias": case_indom_alias,
+    "own-hashed-serials": case_hashed_serials,
     "own-help": case_help,
     "own-labels": case_labels,
     "own-negative-instance": case_negative_instance,
@@ -533,16 +558,15 @@ def cluster_alias(d: Diff, r: Compared) -> bool:
     )
 
 
-def indom_pool(d: Diff, r: Compared) -> bool:
+def indom_alias(d: Diff, r: Compared) -> bool:
     """C packs ``(cluster << 11) | serial`` into 22 bits, which overflows for clusters or
-    serials of 2048 and more: the number changes, and two files' indoms can become one (C then
-    merges their instances).  Ours: such an indom gets a serial of its own from 1..2047
-    (cluster 0's range, which files never use)."""
+    serials of 2048 and more, so two files' indoms can get one number: C serves one indom
+    and merges their instances.  Ours: the first served keeps C's number (in one scan a pair
+    that packs without loss before one that overflows, then name order), the others get
+    numbers of their own.  Recognised by a C indom that we serve as several."""
     cb, ob = r.c_info.get(d.name), r.ours_info.get(d.name)
     if cb is None or ob is None or cb.indom in (None, "PM_INDOM_NULL") or ob.indom is None:
         return False
-    if d.field == "indom":  # packed serials are (cluster >= 1) << 11: pool serials are less
-        return int(ob.indom.split(".")[1]) < 2048
     ours = {
         r.ours_info[n].indom
         for n, b in r.c_info.items()
@@ -683,7 +707,7 @@ def empty_component(d: Diff, r: Compared) -> bool:
 
 KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "cluster-alias": cluster_alias,
-    "indom-pool": indom_pool,
+    "indom-alias": indom_alias,
     "cluster0-labels": cluster0_labels,
     "instance-label-truncation": instance_label_truncation,
     "float-sentinel": float_sentinel,
@@ -810,21 +834,30 @@ def test_cluster_alias(compared: Callable[[str], Compared]) -> None:
         assert (r.ours_info[f"mmv.{name}.m.count"].labels or {})["file"] == name
 
 
-def test_indom_pool(compared: Callable[[str], Compared]) -> None:
+def test_indom_alias(compared: Callable[[str], Compared]) -> None:
     """p (cluster 1, serial 4097) and q (cluster 3, serial 1) pack to the same C indom, whose
-    instances C merges; ours gives p's indom a pool serial and keeps both instance lists."""
+    instances C merges; ours: q, the pair that packs without loss, keeps C's number, and p
+    gets a number of its own, derived from its file name and serial."""
     r = compared("own-indom-alias")
     assert r.c_info["mmv.p.v"].indom == r.c_info["mmv.q.v"].indom == "70.6145"
     assert "p0" in r.c_probe["mmv.q.v"], "C: q's instances merged into p's"
     assert r.ours_info["mmv.q.v"].indom == "70.6145"
-    assert int(str(r.ours_info["mmv.p.v"].indom).split(".")[1]) < 2048
+    assert r.ours_info["mmv.p.v"].indom == f"70.{derived_indom('p', 4097)}"
     assert values(r.ours_info, "mmv.p.v") == {"p0": "1", "p1": "2"}
     assert values(r.ours_info, "mmv.q.v") == {"q0": "3", "q5": "4"}
-    keyboard = compared("captured-KeyboardReader")  # cluster 2986: C's numbers overflow
-    ours_indoms = {str(b.indom) for b in keyboard.ours_info.values() if b.indom != "PM_INDOM_NULL"}
-    c_indoms = {str(b.indom) for b in keyboard.c_info.values() if b.indom != "PM_INDOM_NULL"}
-    assert len(ours_indoms) == len(c_indoms) > 1
-    assert all(int(i.split(".")[1]) < 2048 for i in ours_indoms)
+    keyboard = compared("captured-KeyboardReader")  # cluster 2986: overflows, aliases nothing
+    ours_indoms = {n: b.indom for n, b in keyboard.ours_info.items() if b.indom}
+    c_indoms = {n: b.indom for n, b in keyboard.c_info.items() if b.indom and n in ours_indoms}
+    assert ours_indoms == c_indoms and len(set(c_indoms.values())) > 2
+
+
+def test_hashed_serials_get_the_c_agents_numbers(compared: Callable[[str], Compared]) -> None:
+    """Speed and Parfait write 22-bit hashes as indom serials: C's number whenever it
+    aliases nothing, so archives keep their numbers when users switch agents."""
+    r = compared("own-hashed-serials")
+    for metric, number in (("mmv.speedy.visits", 3784477), ("mmv.speedy.hits", 1244807)):
+        assert r.c_info[metric].indom == r.ours_info[metric].indom == f"70.{number}"
+    assert {classify(d, r) for d in r.diffs} == {"indom-help"}  # 6.0.3 serves none
 
 
 def test_cluster0_labels(compared: Callable[[str], Compared]) -> None:
@@ -992,3 +1025,59 @@ def test_differential_follows_changes(diff_base: Path, agents: tuple[CAgent, Our
     assert not unexplained(after), "\n".join(unexplained(after))
     assert values(after.ours_info, "mmv.live.v") == {"two": "20", "three": "3"}
     assert "mmv.gone.g" not in after.ours_info and values(after.ours_info, "mmv.late.l")
+
+
+def indom_numbers(ours: OurAgent, *metrics: str) -> dict[str, str]:
+    out = ours.run("pminfo", "-d", *metrics).stdout
+    return {b.split("\n")[0]: b.split("InDom: ")[1].split()[0] for b in out.strip().split("\n\n")}
+
+
+def test_indom_numbers_survive_restarts_and_other_files(
+    diff_base: Path, agents: tuple[CAgent, OurAgent]
+) -> None:
+    """speedy's indoms keep C's numbers when its writer restarts with its indoms in the
+    other order, when a file whose indom C would merge with one of them arrives (sorting
+    first) and leaves, and when the agent restarts; with both files there, a restarted agent
+    numbers them the same way whatever order they were written in."""
+    c, ours = agents
+    case = make_dir(diff_base / "identity")
+    mmv_dir = make_dir(case / "mmv")
+    keep = [speedy(mmv_dir / "speedy")]
+    ours.serve(mmv_dir)
+    metrics = ("mmv.speedy.visits", "mmv.speedy.hits")
+    first = indom_numbers(ours, *metrics)
+    assert first == {"mmv.speedy.visits": "70.3784477", "mmv.speedy.hits": "70.1244807"}
+    assert not unexplained(observe(c, ours, case))
+
+    keep.append(speedy(mmv_dir / "speedy", reverse=True))  # the writer restarts
+    assert indom_numbers(ours, *metrics) == first
+    # (1847 << 11) | 1821 = 3784477: C makes aaa's indom and speedy.visits' one indom
+    aaa = Registry(mmv_dir / "aaa", 1847).indom(1821, [(5, "intruder")])
+    keep.append(aaa.metric("m", 1, U32, indom=1821).start().set("m", "intruder", 9))
+    both = observe(c, ours, case)
+    assert not unexplained(both), "\n".join(unexplained(both))
+    assert both.c_info["mmv.aaa.m"].indom == both.c_info["mmv.speedy.visits"].indom
+    assert indom_numbers(ours, *metrics) == first
+    assert indom_numbers(ours, "mmv.aaa.m")["mmv.aaa.m"] == f"70.{derived_indom('aaa', 1821)}"
+    assert both.ours_probe["mmv.speedy.visits"] == '2 "home" "about"'
+    (mmv_dir / "aaa").unlink()
+    assert indom_numbers(ours, *metrics) == first
+    ours.serve(mmv_dir)  # the agent restarts
+    assert indom_numbers(ours, *metrics) == first
+
+    numbered = []
+    for order in ((speedy, "aaa"), ("aaa", speedy)):
+        for path in mmv_dir.iterdir():
+            path.unlink()
+        for writer in order:
+            if writer == "aaa":
+                aaa = Registry(mmv_dir / "aaa", 1847).indom(1821, [(5, "intruder")])
+                keep.append(aaa.metric("m", 1, U32, indom=1821).start())
+            else:
+                keep.append(speedy(mmv_dir / "speedy"))
+        ours.serve(mmv_dir)
+        numbered.append(indom_numbers(ours, "mmv.aaa.m", *metrics))
+    assert numbered[0] == numbered[1]
+    # restarted with both there: aaa's pair packs without loss and wins C's number
+    assert numbered[0]["mmv.aaa.m"] == "70.3784477"
+    assert numbered[0]["mmv.speedy.visits"] == f"70.{derived_indom('speedy', 3776285)}"
