@@ -11,7 +11,9 @@ ready as their backoff says, and checks the generation pair of served files at m
 Not ready (empty, header or generation not written yet, g1 != g2): retried at the next
 request, then after RETRY_FIRST seconds, doubling up to RETRY_MAX; at once when a watcher
 event names the file or its stat changed; at most RETRY_BUDGET such retries per request
-(files seen not ready for the first time go first).  Logged once it has stayed so for
+(files that have waited less go first).  A retry reads the header through a descriptor
+kept while the file is not ready (up to a quarter of the descriptor limit) and opens the
+file again only when the header changed.  Logged once it has stayed so for
 ``not_ready_grace`` seconds, since every writer passes through those states.
 
 MMV_FLAG_PROCESS: each served file's writer is watched through a ``pidfd_open(2)``
@@ -33,12 +35,13 @@ is followed only when its target is a regular file inside the same directory; wh
 from __future__ import annotations
 
 import errno
-import heapq
 import os
+import resource
 import select
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -94,6 +97,9 @@ class FileState:
     log_after: float = 0.0  # while not ready: when its problem is worth a log line
     delay: float = 0.0  # while not ready: seconds until the next retry
     retry: int = 0  # while not ready: the sequence number of its pending retry
+    peek: int = -1  # while not ready: a descriptor to read its header through
+    peek_inode: tuple[int, int] = (0, 0)
+    head: bytes | None = None  # while not ready: its header when it was last opened
 
     @property
     def last_problem(self) -> str:
@@ -172,8 +178,10 @@ class Scanner:
         self._next_instance = 0
         self._dirty: set[str] = set()
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
-        self._retries: list[tuple[int, float, int, str]] = []  # (later, when, number, name)
+        self._waiting: dict[float, deque[tuple[float, int, str]]] = {}  # delay -> retries
         self._retry_number = 0
+        self._peeks = 0  # descriptors held for files not ready (FileState.peek)
+        self._max_peeks = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         self.retries = 0  # files not ready reopened so far
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._freed = 0  # catalogue.freed when the starved files were last retried
@@ -213,11 +221,10 @@ class Scanner:
         dirty = self._take_dirty()
         now = self.clock()
         for name in dirty & self._not_ready:  # an event for a file that waits: at once
-            self._schedule(self.states[name], 0, now)
+            self._schedule(self.states[name], 0.0, now)
         retry = set(self._not_ready) if force else self._due(now)
         for name in retry:
             self.states[name].key = UNSEEN
-        self.retries += len(retry)
         if force or self.reload_requested or ALL in dirty or self._directory_changed():
             self.reload_requested = False
             changes.extend(self._rescan())
@@ -233,22 +240,64 @@ class Scanner:
         self._freed = self.catalogue.freed
         return changes
 
-    def _schedule(self, state: FileState, later: int, when: float) -> None:
-        """Retry ``state`` (not ready) at ``when``; ``later`` 0 goes before every 1."""
+    def _schedule(self, state: FileState, delay: float, when: float) -> None:
+        """Retry ``state`` (not ready) at ``when``, in the queue of its ``delay``: files
+        that have waited less go first."""
         self._retry_number += 1
         state.retry = self._retry_number
-        heapq.heappush(self._retries, (later, when, self._retry_number, state.name))
+        self._waiting.setdefault(delay, deque()).append((when, self._retry_number, state.name))
 
     def _due(self, now: float) -> set[str]:
-        """The files not ready whose retry is due, RETRY_BUDGET at most."""
+        """The files not ready whose retry is due (RETRY_BUDGET at most, those that have
+        waited less first) and whose header changed since they were last opened (read
+        through a descriptor kept for it); the others wait longer."""
         due: set[str] = set()
-        heap = self._retries
-        while heap and len(due) < RETRY_BUDGET and (heap[0][0] == 0 or heap[0][1] <= now):
-            _, _, number, name = heapq.heappop(heap)
-            state = self.states.get(name)
-            if state is not None and state.state == NOT_READY and state.retry == number:
-                due.add(name)
+        tried = 0
+        for delay in sorted(self._waiting):
+            queue = self._waiting[delay]
+            while queue and queue[0][0] <= now and tried < RETRY_BUDGET:
+                _, number, name = queue.popleft()
+                state = self.states.get(name)
+                if state is None or state.state != NOT_READY or state.retry != number:
+                    continue
+                tried += 1
+                if state.head is not None and _read_head(state.peek) == state.head:
+                    self._wait_more(state, now)
+                else:
+                    due.add(name)
+        self.retries += tried
         return due
+
+    def _wait_more(self, state: FileState, now: float) -> None:
+        """``state`` is still not ready: back off, and log it once it stayed so."""
+        state.delay = min(max(2 * state.delay, RETRY_FIRST), RETRY_MAX)
+        self._schedule(state, state.delay, now + state.delay)
+        if now >= state.log_after:
+            state.log_after = float("inf")
+            self.log(state.last_problem)
+
+    def _peek(self, state: FileState, target: str, st: os.stat_result) -> bytes | None:
+        """The header of a file that was not ready, read through a descriptor kept while it
+        stays so (None when it cannot be opened)."""
+        inode = (st.st_dev, st.st_ino)
+        if state.peek >= 0 and state.peek_inode != inode:
+            self._unpeek(state)
+        if state.peek < 0:
+            if self._peeks >= self._max_peeks:
+                return None
+            try:
+                state.peek = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return None
+            self._peeks += 1
+            state.peek_inode = inode
+        return _read_head(state.peek)
+
+    def _unpeek(self, state: FileState) -> None:
+        fd, state.peek, state.head = state.peek, -1, None
+        if fd >= 0:
+            os.close(fd)
+            self._peeks -= 1
 
     def _retry_starved(self) -> Changes:
         """Files refused (or partly served) for want of a cluster or indom serial, again in
@@ -301,6 +350,7 @@ class Scanner:
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
+        self._unpeek(state)
         self._not_ready.discard(name)
         self._starved.discard(name)
         changes = Changes(states=True)
@@ -370,10 +420,12 @@ class Scanner:
         if key == state.key:
             return None
         state.key = key
+        head = self._peek(state, target, st) if state.state == NOT_READY else None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
             self._set(state, NOT_READY, str(e), changes)
+            state.head = head  # read before the open: any later change shows
             return None
         except MmvError as e:
             self._set(state, REFUSED, str(e), changes)
@@ -442,6 +494,7 @@ class Scanner:
         state.problems = [printable(p) for p in problems]
         state.state = status
         self._not_ready.discard(state.name)
+        self._unpeek(state)
         changes.added.append(entry)
         changes.states = True
 
@@ -455,21 +508,19 @@ class Scanner:
         self._starved.discard(state.name)
         if new == NOT_READY:  # logged only if it stays so: writers pass through it
             now = self.clock()
+            state.problems = [problem]
             if state.state != NOT_READY:  # retried at the next request, then backoff
                 state.log_after = now + self.not_ready_grace
                 state.delay = 0.0
-                self._schedule(state, 0, now)
+                self._schedule(state, 0.0, now)
             else:
-                state.delay = min(max(2 * state.delay, RETRY_FIRST), RETRY_MAX)
-                self._schedule(state, 1, now + state.delay)
-            if now >= state.log_after:
-                state.log_after = float("inf")
-                self.log(problem)
+                self._wait_more(state, now)
             self._not_ready.add(state.name)
         else:
             if changed and not logged:
                 self.log(problem)
             self._not_ready.discard(state.name)
+            self._unpeek(state)
         if changed:
             changes.states = True
         state.state = new
@@ -482,7 +533,7 @@ class Scanner:
         all of them, or ``budget`` of them, continuing where the last check stopped."""
         changes = Changes()
         stale: list[str] = []
-        served = [(n, s, s.entry) for n, s in self.states.items() if s.entry is not None]
+        served = [(n, self.states[n], e) for n, e in self.catalogue.files.items()]
         if budget is not None and len(served) > budget:
             start = self._check_from % len(served)
             self._check_from = start + budget
@@ -599,6 +650,14 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "special file"
+
+
+def _read_head(fd: int) -> bytes | None:
+    """A file's first HEADER_SIZE bytes (fewer when it is shorter); None when unreadable."""
+    try:
+        return os.pread(fd, fmt.HEADER_SIZE, 0)
+    except OSError:
+        return None
 
 
 def _readable(fd: int) -> bool:
