@@ -62,7 +62,7 @@ EXITED: Final = "exited"
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
-RETRY_BUDGET: Final = 64  # files not ready reopened per request, at most
+RETRY_BUDGET: Final = 64  # retries (header reads or reopens) of files not ready per request
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
 
@@ -182,7 +182,7 @@ class Scanner:
         self._retry_number = 0
         self._peeks = 0  # descriptors held for files not ready (FileState.peek)
         self._max_peeks = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
-        self.retries = 0  # files not ready reopened so far
+        self.retries = 0  # retries of files not ready so far (header reads or reopens)
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._freed = 0  # catalogue.freed when the starved files were last retried
         self._pidfd = pidfd and hasattr(os, "pidfd_open")
