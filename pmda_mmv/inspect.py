@@ -26,6 +26,7 @@ import os
 import stat
 import struct
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -215,15 +216,11 @@ def _header_doc(
 
 
 def _created(g1: int) -> str | None:
-    """libpcp_mmv's g1 is ``(tv_sec << 32) | tv_usec``; other writers count generations."""
-    usec = g1 & 0xFFFFFFFF
-    if g1 >> 32 == 0 or usec >= 1_000_000:
+    """The creation time g1 encodes (:func:`~.format.generation_time`), or None."""
+    seconds = fmt.generation_time(g1, time.time())
+    if seconds is None:
         return None
-    try:
-        when = datetime.fromtimestamp((g1 >> 32) + usec / 1e6, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-    return when.isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
 
 
 def _raw_header(path: str) -> Doc | None:

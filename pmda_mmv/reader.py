@@ -132,10 +132,10 @@ class Header:
         return bool(self.flags & fmt.FLAG_SENTINEL)
 
     @property
-    def created(self) -> float:
-        """Creation time encoded by libpcp_mmv in g1 as ``(tv_sec << 32) | tv_usec``, in
-        seconds since the epoch; meaningless for writers that count generations instead."""
-        return (self.g1 >> 32) + (self.g1 & 0xFFFFFFFF) / 1e6
+    def created(self) -> float | None:
+        """Creation time read from g1 (:func:`~.format.generation_time`), in seconds since
+        the epoch; None when g1 is no time (writers that count generations)."""
+        return fmt.generation_time(self.g1, time.time())
 
 
 @dataclass(frozen=True, slots=True)

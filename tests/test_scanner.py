@@ -580,3 +580,20 @@ def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> Non
         assert d.state("a") == OK
     finally:
         watcher.stop()
+
+
+@pytest.mark.parametrize(
+    ("g1", "created"),
+    [
+        ((1_700_000_000 << 32) | 250_000, 1_700_000_000.25),  # libpcp_mmv
+        (1_700_000_000, 1_700_000_000.0),  # Speed, Parfait, Hornet: plain seconds
+        (1, None),  # a counter
+        (0x5F5E1000000001, None),  # a counter in the high word
+        ((1_700_000_000 << 32) | 1_000_000, None),  # not microseconds
+        (int(time.time()) + 3 * 86400, None),  # seconds in the future
+        (946684799, None),  # before 2000
+    ],
+    ids=["libpcp_mmv", "seconds", "counter", "high-counter", "bad-usec", "future", "old"],
+)
+def test_generation_time_decided_by_plausibility(g1: int, created: float | None) -> None:
+    assert fmt.generation_time(g1, time.time()) == created
