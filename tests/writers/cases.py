@@ -135,7 +135,7 @@ def every_type(
     r = Registry(path, cluster, flags)
     if instances:
         r.indom(7, instances, *(("indom seven", "Indom seven,\nin two lines.") if helped else ()))
-    metrics = []
+    metrics: list[tuple[str, int, int | None]] = []
     for mtype in TYPES:
         for serial in (None, 7) if instances else (None,):
             name = f"{'multi' if serial else 'single'}.{fmt.TYPE_NAMES[mtype]}"
@@ -441,7 +441,8 @@ def _many(d: Path, p: Params) -> None:
         r.metric(name, 1, mtype, COUNTER, COUNT, None, f"file {i}" if i % 2 else None)
         if i % 4 == 0:
             r.registry_label("file", str(i), LABEL_NUMBER)
-        r.start().set(name, None, [i, f"s{i}", i / 8][i % 3])
+        value: list[float | str] = [i, f"s{i}", i / 8]
+        r.start().set(name, None, value[i % 3])
 
 
 # -- libpcp_mmv, legacy APIs ----------------------------------------------------------------

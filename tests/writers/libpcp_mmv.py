@@ -236,8 +236,9 @@ class _Strings:
     def __call__(self, text: str | None) -> bytes | None:
         if text is None:
             return None
-        self.kept.append(text.encode())
-        return self.kept[-1]
+        data = text.encode()
+        self.kept.append(data)
+        return data
 
     def keep(self, obj: Any) -> Any:
         self.kept.append(obj)
@@ -326,20 +327,25 @@ class Mapping:
     def interval_end(self, desc: int) -> None:
         self.lib.fn("mmv_stats_interval_end")(self.addr, desc)
 
-    def values(self) -> list[ValueEntry]:
-        """The VALUES section in file order, read through the mapping (libpcp_mmv lays it
-        out metric by metric, instance by instance)."""
+    def values_section(self) -> tuple[int, int]:
+        """(address, count) of the mapped file's VALUES section, from its TOC."""
         header = fmt.HEADER.unpack(ctypes.string_at(self.addr, fmt.HEADER_SIZE))
         for k in range(header[4]):
             at = self.addr + fmt.HEADER_SIZE + k * fmt.TOC_SIZE
             ttype, count, offset = fmt.TOC.unpack(ctypes.string_at(at, fmt.TOC_SIZE))
             if ttype == fmt.TOC_VALUES:
-                raw = ctypes.string_at(self.addr + offset, count * fmt.VALUE_SIZE)
-                return [
-                    ValueEntry(self.addr + offset + j * fmt.VALUE_SIZE, metric, instance)
-                    for j, (_, _, metric, instance) in enumerate(fmt.VALUE.iter_unpack(raw))
-                ]
+                return self.addr + offset, count
         raise MmvError("the mapped file has no VALUES section")
+
+    def values(self) -> list[ValueEntry]:
+        """The VALUES section in file order, read through the mapping (libpcp_mmv lays it
+        out metric by metric, instance by instance)."""
+        at, count = self.values_section()
+        raw = ctypes.string_at(at, count * fmt.VALUE_SIZE)
+        return [
+            ValueEntry(at + j * fmt.VALUE_SIZE, metric, instance)
+            for j, (_, _, metric, instance) in enumerate(fmt.VALUE.iter_unpack(raw))
+        ]
 
     def stop(self, path: str | Path) -> None:
         """``mmv_stats_stop``: unmap (and unlink a PROCESS file)."""
