@@ -42,8 +42,7 @@ from tests.writers.libpcp_mmv import (
     LegacyIndom,
     LegacyMetric,
     Registry,
-    stats2_init,
-    stats_init,
+    legacy_init,
 )
 
 TESTSUITE_MMV = Path("/var/lib/pcp/testsuite/mmv")
@@ -457,7 +456,7 @@ def _legacy(d: Path, p: Params) -> None:
         LegacyMetric("legacy.name", 3, STRING, DISCRETE, 0, None, "name", "a name"),
         LegacyMetric("legacy.time", 4, ELAPSED, COUNTER, USEC, 1),
     ]
-    m = stats_init(d / "legacy", 28, PROCESS | NOPREFIX, metrics, [colours])
+    m = legacy_init("mmv_stats_init", d / "legacy", 28, PROCESS | NOPREFIX, metrics, [colours])
     for k, (_, colour) in enumerate(colours.instances, start=1):
         m.stats_add("legacy.count", colour, k)
     m.stats_set("legacy.gauge", None, 0.5)
@@ -471,7 +470,7 @@ def _legacy2(d: Path, p: Params) -> None:
     insts = LegacyIndom(4, [(1, "first-" + "f" * 80), (2, "second")])
     metrics = [LegacyMetric(name, 1, I32, INSTANT, 0, 4, "s", "l"),
                LegacyMetric("legacy2.single", 2, U64, COUNTER, COUNT)]  # fmt: skip
-    m = stats2_init(d / "legacy2", 29, 0, metrics, [insts])
+    m = legacy_init("mmv_stats2_init", d / "legacy2", 29, 0, metrics, [insts])
     m.stats_set(name, "second", -3)
     m.stats_inc("legacy2.single")
 

@@ -7,8 +7,8 @@ libpcp_mmv goes through it.
   ``_add_instance``, ``_add_metric``, the four ``_add_*_label`` calls, ``mmv_stats_start``,
   ``mmv_stats_free``).  The library picks the file version itself: 1, 2 when a name or
   instance name has 64 bytes or more, 3 when there is any label.
-* :func:`stats_init` and :func:`stats2_init`: the legacy ``mmv_stats_init`` (fixed 64-byte
-  names, always version 1) and ``mmv_stats2_init`` (name pointers, version 1 or 2).
+* :func:`legacy_init`: the legacy ``mmv_stats_init`` (fixed 64-byte names, always version
+  1) and ``mmv_stats2_init`` (name pointers, version 1 or 2).
 * :class:`Mapping`: a started file, the writer's view of it: ``mmv_lookup_value_desc`` and
   the value calls (``mmv_set_atomvalue``, ``mmv_set_value``, ``mmv_inc_value``,
   ``mmv_set_string``, ``mmv_stats_inc/add/set/set_string``, ``mmv_stats_interval_start/end``,
@@ -91,24 +91,22 @@ class _Instance2(ctypes.Structure):  # mmv_instances2_t
     _fields_ = [("internal", ctypes.c_int32), ("external", _cp)]
 
 
-class _Indom(ctypes.Structure):  # mmv_indom_t
-    _fields_ = [
+def _indom_fields(instance_t: Any) -> list[tuple[str, Any]]:
+    return [
         ("serial", ctypes.c_uint32),
         ("count", ctypes.c_uint32),
-        ("instances", ctypes.POINTER(_Instance)),
+        ("instances", ctypes.POINTER(instance_t)),
         ("shorttext", _cp),
         ("helptext", _cp),
     ]
+
+
+class _Indom(ctypes.Structure):  # mmv_indom_t
+    _fields_ = _indom_fields(_Instance)
 
 
 class _Indom2(ctypes.Structure):  # mmv_indom2_t
-    _fields_ = [
-        ("serial", ctypes.c_uint32),
-        ("count", ctypes.c_uint32),
-        ("instances", ctypes.POINTER(_Instance2)),
-        ("shorttext", _cp),
-        ("helptext", _cp),
-    ]
+    _fields_ = _indom_fields(_Instance2)
 
 
 _METRIC_TAIL = [
@@ -423,37 +421,33 @@ class Registry:
         self.types[name] = mtype
         return self
 
-    def registry_label(self, name: str, value: str, vtype: int, optional: bool = False) -> Registry:
-        """``mmv_stats_add_registry_label``: a label of the file's cluster."""
-        call = self.lib.fn("mmv_stats_add_registry_label")
-        rc = call(self.reg, self.b(name), self.b(value), vtype, int(optional))
-        self._check(rc, f"mmv_stats_add_registry_label {name}")
+    def _label(self, level: str, ids: tuple[int, ...], name: str, value: str, vtype: int,
+               optional: bool) -> Registry:  # fmt: skip
+        """``mmv_stats_add_<level>_label(registry, *ids, name, value, type, optional)``."""
+        call = self.lib.fn(f"mmv_stats_add_{level}_label")
+        rc = call(self.reg, *ids, self.b(name), self.b(value), vtype, int(optional))
+        self._check(rc, f"mmv_stats_add_{level}_label {ids} {name}")
         return self
+
+    def registry_label(self, name: str, value: str, vtype: int, optional: bool = False) -> Registry:
+        """A label of the file's cluster; ``value`` is JSON of type ``vtype`` (LABEL_*)."""
+        return self._label("registry", (), name, value, vtype, optional)
 
     def indom_label(
         self, serial: int, name: str, value: str, vtype: int, optional: bool = False
     ) -> Registry:
-        call = self.lib.fn("mmv_stats_add_indom_label")
-        rc = call(self.reg, serial, self.b(name), self.b(value), vtype, int(optional))
-        self._check(rc, f"mmv_stats_add_indom_label {serial} {name}")
-        return self
+        return self._label("indom", (serial,), name, value, vtype, optional)
 
     def metric_label(
         self, item: int, name: str, value: str, vtype: int, optional: bool = False
     ) -> Registry:
-        call = self.lib.fn("mmv_stats_add_metric_label")
-        rc = call(self.reg, item, self.b(name), self.b(value), vtype, int(optional))
-        self._check(rc, f"mmv_stats_add_metric_label {item} {name}")
-        return self
+        return self._label("metric", (item,), name, value, vtype, optional)
 
     def instance_label(
         self, serial: int, internal: int, name: str, value: str, vtype: int,
         optional: bool = False,
     ) -> Registry:  # fmt: skip
-        call = self.lib.fn("mmv_stats_add_instance_label")
-        rc = call(self.reg, serial, internal, self.b(name), self.b(value), vtype, int(optional))
-        self._check(rc, f"mmv_stats_add_instance_label {serial}/{internal} {name}")
-        return self
+        return self._label("instance", (serial, internal), name, value, vtype, optional)
 
     def start(self) -> Registry:
         """``mmv_stats_start``: the file is written and mapped (:attr:`mapping`)."""
@@ -484,12 +478,15 @@ class Registry:
             self.reg, self.mapping = None, None
 
 
-def _legacy_tail(b: _Strings, m: LegacyMetric) -> tuple[Any, ...]:
-    indom = INDOM_NULL_U32 if m.indom is None else m.indom
-    return (m.item, m.type, m.semantics, Units(m.units), indom, b(m.short), b(m.long))
+LEGACY_STRUCTS: dict[str, tuple[Any, Any, Any]] = {
+    "mmv_stats_init": (_Instance, _Indom, _Metric),
+    "mmv_stats2_init": (_Instance2, _Indom2, _Metric2),
+}
+"""The (instance, indom, metric) structures of each legacy init call."""
 
 
-def stats_init(
+def legacy_init(
+    symbol: str,
     path: str | Path,
     cluster: int,
     flags: int,
@@ -497,51 +494,27 @@ def stats_init(
     indoms: Sequence[LegacyIndom],
     lib: Library | None = None,
 ) -> Mapping:
-    """``mmv_stats_init``: the legacy API with fixed 64-byte names (``mmv_metric_t``,
-    ``mmv_instances_t``); always writes version 1."""
+    """The legacy APIs: ``mmv_stats_init`` (fixed 64-byte names in ``mmv_metric_t`` and
+    ``mmv_instances_t``; always version 1) or ``mmv_stats2_init`` (name pointers; version 2
+    when a name has 64 bytes or more), with the structures filled from the descriptions.
+    Names go in as bytes, which an inline ``char[64]`` copies and a ``char *`` points to
+    (kept alive with the mapping)."""
     lib = lib or library()
+    instance_t, indom_t, metric_t = LEGACY_STRUCTS[symbol]
     b = _Strings()
-    cindoms = b.keep((_Indom * max(1, len(indoms)))())
+    cindoms = b.keep((indom_t * max(1, len(indoms)))())
     for k, d in enumerate(indoms):
-        insts = b.keep((_Instance * max(1, len(d.instances)))())
+        insts = b.keep((instance_t * max(1, len(d.instances)))())
         for j, (internal, external) in enumerate(d.instances):
-            insts[j] = _Instance(internal, external.encode())
-        cindoms[k] = _Indom(d.serial, len(d.instances), insts, b(d.short), b(d.long))
-    cmetrics = b.keep((_Metric * max(1, len(metrics)))())
+            insts[j] = instance_t(internal, b(external))
+        cindoms[k] = indom_t(d.serial, len(d.instances), insts, b(d.short), b(d.long))
+    cmetrics = b.keep((metric_t * max(1, len(metrics)))())
     for k, m in enumerate(metrics):
-        cmetrics[k] = _Metric(m.name.encode(), *_legacy_tail(b, m))
-    init = lib.fn("mmv_stats_init")
-    addr = init(b(str(path)), cluster, flags, ctypes.addressof(cmetrics), len(metrics),
-                ctypes.addressof(cindoms), len(indoms))  # fmt: skip
+        indom = INDOM_NULL_U32 if m.indom is None else m.indom
+        cmetrics[k] = metric_t(b(m.name), m.item, m.type, m.semantics, Units(m.units), indom,
+                               b(m.short), b(m.long))  # fmt: skip
+    addr = lib.fn(symbol)(b(str(path)), cluster, flags, ctypes.addressof(cmetrics),
+                          len(metrics), ctypes.addressof(cindoms), len(indoms))  # fmt: skip
     if not addr:
-        raise _failed(f"mmv_stats_init {path}")
-    return Mapping(lib, int(addr), {m.name: m.type for m in metrics}, b)
-
-
-def stats2_init(
-    path: str | Path,
-    cluster: int,
-    flags: int,
-    metrics: Sequence[LegacyMetric],
-    indoms: Sequence[LegacyIndom],
-    lib: Library | None = None,
-) -> Mapping:
-    """``mmv_stats2_init``: the legacy API with name pointers (``mmv_metric2_t``,
-    ``mmv_instances2_t``); version 2 when a name has 64 bytes or more."""
-    lib = lib or library()
-    b = _Strings()
-    cindoms = b.keep((_Indom2 * max(1, len(indoms)))())
-    for k, d in enumerate(indoms):
-        insts = b.keep((_Instance2 * max(1, len(d.instances)))())
-        for j, (internal, external) in enumerate(d.instances):
-            insts[j] = _Instance2(internal, b(external))
-        cindoms[k] = _Indom2(d.serial, len(d.instances), insts, b(d.short), b(d.long))
-    cmetrics = b.keep((_Metric2 * max(1, len(metrics)))())
-    for k, m in enumerate(metrics):
-        cmetrics[k] = _Metric2(b(m.name), *_legacy_tail(b, m))
-    init = lib.fn("mmv_stats2_init")
-    addr = init(b(str(path)), cluster, flags, ctypes.addressof(cmetrics), len(metrics),
-                ctypes.addressof(cindoms), len(indoms))  # fmt: skip
-    if not addr:
-        raise _failed(f"mmv_stats2_init {path}")
+        raise _failed(f"{symbol} {path}")
     return Mapping(lib, int(addr), {m.name: m.type for m in metrics}, b)
