@@ -31,7 +31,16 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from . import format as fmt
-from .reader import NO_VALUE, UNSUPPORTED, Changed, MmvError, MmvFile, NotReady, Snapshot
+from .reader import (
+    NO_VALUE,
+    UNSUPPORTED,
+    Changed,
+    MmvError,
+    MmvFile,
+    NotReady,
+    Snapshot,
+    printable,
+)
 
 Doc = dict[str, Any]
 
@@ -491,25 +500,18 @@ def _render_dump(doc: Doc) -> list[str]:
 
 
 def _json(obj: object) -> str:
-    """JSON text; ``\\uXXXX`` escapes only when a name holds bytes that are not UTF-8."""
+    """JSON text; ``\\uXXXX`` escapes only when a string holds a character a terminal
+    would act on (see :func:`~.reader.printable`) or bytes that are not UTF-8."""
     text = json.dumps(obj, indent=1, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if printable(text.replace("\n", " ")) != text.replace("\n", " "):
         text = json.dumps(obj, indent=1)
     return text
 
 
-def _write(out: TextIO, text: str) -> None:
-    """Write ``text``; bytes of instance names that are not UTF-8 go out as they are in the
-    file (as mmvdump prints them)."""
-    buffer = getattr(out, "buffer", None)
-    if buffer is None:
-        out.write(text)
-        return
-    out.flush()
-    buffer.write(text.encode("utf-8", "surrogateescape"))
-    buffer.flush()
+def _write(out: TextIO, lines: Iterable[str]) -> None:
+    """Write ``lines``, each made terminal-safe by :func:`~.reader.printable` (control and
+    bidirectional characters, and bytes of names that are not UTF-8, escaped)."""
+    out.write("".join(printable(line) + "\n" for line in lines))
 
 
 def _exit_status(results: Sequence[Doc]) -> int:
@@ -524,7 +526,7 @@ def check(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
         out.write(_json(results) + "\n")
     else:
         for r in results:
-            _write(out, "\n".join(render_check(r)) + "\n")
+            _write(out, render_check(r))
     return _exit_status(results)
 
 
@@ -534,7 +536,10 @@ def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     if as_json:
         out.write(_json(docs) + "\n")
     else:
-        _write(out, "\n\n".join("\n".join(_render_dump(d)) for d in docs) + "\n")
+        _write(
+            out,
+            [line for k, d in enumerate(docs) for line in ([""] if k else []) + _render_dump(d)],
+        )
     return _exit_status(docs)
 
 
