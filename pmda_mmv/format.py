@@ -185,7 +185,6 @@ with the count of the others."""
 
 # -- limits of libpcp (labels.c: a label set it accepts) -----------------------------------
 PM_MAXLABELS: Final = 255  # pmapi.h; libpcp refuses a set of this many labels or more
-PM_MAXLABELJSONLEN: Final = (1 << 16) - 1  # pmapi.h; longest JSON text of one label set
 
 # -- pmUnits word (native bitfields; little-endian bit positions) -------------------------
 
