@@ -33,18 +33,7 @@ from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
 
 GOOD = "mmv.good.py.counter"
 
-POPULATIONS: dict[str, Callable[[Path], list[Path]]] = {
-    "none": lambda d: [],
-    "40,000 one-entry VALUES sections": lambda d: hostile.many_sections(d, 40_000),
-    "1,000 overlapping sections": lambda d: hostile.many_sections(d, 1_000, overlap=True),
-    "250 indoms x 4,000 shared instances": lambda d: hostile.fan_out(d, 250, 4_000),
-    "150,000 values at no metric": lambda d: hostile.orphan_values(d, 150_000),
-    "80,000 values at no instance": lambda d: hostile.orphan_values(d, 80_000, instance=True),
-    "3,000 empty files": lambda d: hostile.empty_files(d, 3_000),
-    "700 cluster labels": lambda d: hostile.label_flood(d, 700),
-    "labels merging into a 300-name map": lambda d: hostile.label_flood(d, 300, nested=True),
-    "terminal escapes": hostile.escapes,
-}
+POPULATIONS: dict[str, Callable[[Path], list[Path]]] = {"none": lambda d: [], **hostile.ATTACKS}
 
 
 class Side:

@@ -127,3 +127,20 @@ def label_flood(
     path = directory / f"labels{labels}{'n' if nested else ''}"
     b.write(path)
     return [path]
+
+
+ATTACKS: dict[str, Population] = {
+    "40,000 one-entry VALUES sections (past the TOC cap)": lambda d: many_sections(d, 40_000),
+    "1,000 sections, each on the one before": lambda d: many_sections(d, 1_000, overlap=True),
+    "250 indoms sharing 4,000 instance entries": lambda d: fan_out(d, 250, 4_000),
+    "150,000 values at no metric": lambda d: orphan_values(d, 150_000),
+    "80,000 values at no instance of their indom": lambda d: orphan_values(
+        d, 80_000, instance=True
+    ),
+    "3,000 empty files": lambda d: empty_files(d, 3_000),
+    "700 cluster labels over three LABELS sections": lambda d: label_flood(d, 700),
+    "15 map labels merging into a map of 300 names": lambda d: label_flood(d, 300, nested=True),
+    "terminal escapes in a file name, help, instance name, label": escapes,
+}
+"""Each attack kind of issue 17, in other sizes and constructions than the issue's: what
+tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""

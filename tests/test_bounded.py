@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from pmda_mmv import format as fmt
@@ -32,6 +31,7 @@ from pmda_mmv.scanner import Scanner
 from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
+from tests.test_hardening import agent_pids
 
 GOOD = "mmv.good.py.counter"
 LOG_GROWTH = 1 << 20  # bytes the agent's log may grow by per attack
@@ -63,17 +63,6 @@ class Served:
             out = self.pmcd.run("pmprobe", "-v", GOOD)
             assert out.stdout.strip() == f"{GOOD} 1 {self.counter}", out.stdout + out.stderr
         assert agent_pids(self.pmcd) == [self.pid], self.pmcd.pmcd_log()[-2000:]
-
-
-def agent_pids(pmcd: PrivatePmcd) -> list[int]:
-    pids = []
-    for pid in pmcd.agent_processes():
-        try:
-            if "pmda_mmv" in psutil.Process(pid).cmdline():
-                pids.append(pid)
-        except psutil.Error:
-            continue
-    return pids
 
 
 @pytest.fixture(scope="module")
@@ -123,33 +112,11 @@ def assert_bounded_check(path: Path) -> None:
     assert_terminal_safe(text)
 
 
-ATTACKS = {
-    # 40,000 one-entry VALUES sections: past the TOC cap, refused from the header
-    "sections-over-cap": lambda d: hostile.many_sections(d, 40_000),
-    # 1,000 sections, each overlapping the one before: under the cap, sorted, not compared
-    "sections-overlapping": lambda d: hostile.many_sections(d, 1_000, overlap=True),
-    # 250 indoms sharing 4,000 instance entries (1,000,000 checks at one per indom)
-    "fan-out": lambda d: hostile.fan_out(d, 250, 4_000),
-    # 150,000 values pointing at no metric entry
-    "orphan-values": lambda d: hostile.orphan_values(d, 150_000),
-    # 80,000 values pointing at no instance of their metric's indom
-    "orphan-instances": lambda d: hostile.orphan_values(d, 80_000, instance=True),
-    # 3,000 empty files
-    "empty-files": lambda d: hostile.empty_files(d, 3_000),
-    # 700 cluster labels over three LABELS sections
-    "label-flood": lambda d: hostile.label_flood(d, 700),
-    # 15 labels, each a map of 20 names, merging into one map of 300 names
-    "label-map-flood": lambda d: hostile.label_flood(d, 300, nested=True),
-    # terminal escapes in a file name, help text, an instance name and a label
-    "escapes": hostile.escapes,
-}
-
-
 @pytest.mark.pmcd
-@pytest.mark.parametrize("attack", list(ATTACKS))
+@pytest.mark.parametrize("attack", list(hostile.ATTACKS))
 def test_attack_leaves_the_good_file_served(served: Served, attack: str) -> None:
     before = served.log_size()
-    paths = ATTACKS[attack](served.dir)
+    paths = hostile.ATTACKS[attack](served.dir)
     try:
         served.assert_good_answers()
         # requests that reach the hostile files too: every name, value and label
