@@ -356,14 +356,9 @@ def _values(mf: MmvFile, snap: Snapshot) -> list[Doc]:
 
 def _strings(mf: MmvFile) -> list[Doc]:
     """Entries of every STRINGS section that lies inside the file and was not rejected."""
-    first = fmt.HEADER_SIZE + mf.header.tocs * fmt.TOC_SIZE
-    rejected = {p.field.split(".")[0] for p in mf.problems}
     out = []
-    for t in mf.toc:
-        end = t.offset + t.count * fmt.STRING_SIZE
-        if t.type != fmt.TOC_STRINGS or f"toc[{t.index}]" in rejected:
-            continue
-        if t.offset < first or end > mf.size:
+    for t in mf.sections:  # accepted: inside the data area, no overlap
+        if t.type != fmt.TOC_STRINGS:
             continue
         for k in range(t.count):
             at = t.offset + k * fmt.STRING_SIZE

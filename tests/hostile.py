@@ -112,21 +112,42 @@ def label_flood(
         else:
             payload = json.dumps({f"l{k}": k})
         entries.append(Label(fmt.LABEL_CLUSTER, cluster, payload))
-    b.labels = entries[: fmt.MAX_LABELS]
-    rest = entries[fmt.MAX_LABELS :]
-    if rest:
-        image = b.build()
-        at = len(image.data) + -(-len(rest) // fmt.MAX_LABELS) * fmt.TOC_SIZE
-        tail = bytearray()
-        for k in range(0, len(rest), fmt.MAX_LABELS):
-            chunk = rest[k : k + fmt.MAX_LABELS]
-            b.extra_toc.append((fmt.TOC_LABELS, len(chunk), at + len(tail)))
-            for lab in chunk:
-                tail += fmt.LABEL.pack(lab.flags, lab.identity, -1, str(lab.payload).encode())
-        b.tail = bytes(tail)
+    _labels_in_sections(b, entries)
     path = directory / f"labels{labels}{'n' if nested else ''}"
     b.write(path)
     return [path]
+
+
+def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
+    """A valid file: one indom of ``instances`` instances and a metric over it, and
+    ``labels`` instance labels (one each for the first instances), over as many LABELS
+    sections as needed."""
+    b = MmvBuilder(cluster=208, version=3)
+    b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
+    b.metrics.append(Metric("m", 1, indom=1))
+    payloads = (json.dumps({"row": k}) for k in range(labels))
+    _labels_in_sections(b, [Label(fmt.LABEL_INSTANCES, 1, p, k) for k, p in enumerate(payloads)])
+    path = directory / f"instlabels{instances}x{labels}"
+    b.write(path)
+    return [path]
+
+
+def _labels_in_sections(b: MmvBuilder, labels: list[Label]) -> None:
+    """Give ``b`` these labels: the first MAX_LABELS in its own LABELS section, the others in
+    more sections of at most MAX_LABELS, listed in the TOC and packed in the tail."""
+    b.labels = labels[: fmt.MAX_LABELS]
+    rest = labels[fmt.MAX_LABELS :]
+    if not rest:
+        return
+    at = len(b.build().data) + -(-len(rest) // fmt.MAX_LABELS) * fmt.TOC_SIZE
+    tail = bytearray()
+    for k in range(0, len(rest), fmt.MAX_LABELS):
+        chunk = rest[k : k + fmt.MAX_LABELS]
+        b.extra_toc.append((fmt.TOC_LABELS, len(chunk), at + len(tail)))
+        for lab in chunk:
+            payload = str(lab.payload).encode()
+            tail += fmt.LABEL.pack(lab.flags, lab.identity, lab.internal, payload)
+    b.tail = bytes(tail)
 
 
 ATTACKS: dict[str, Population] = {
@@ -141,6 +162,9 @@ ATTACKS: dict[str, Population] = {
     "700 cluster labels over three LABELS sections": lambda d: label_flood(d, 700),
     "15 map labels merging into a map of 300 names": lambda d: label_flood(d, 300, nested=True),
     "terminal escapes in a file name, help, instance name, label": escapes,
+    "40,000 instances with 8,000 instance labels (valid)": lambda d: instance_labels(
+        d, 40_000, 8_000
+    ),
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
 tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""

@@ -67,6 +67,18 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """The agent the attacks go to, one after the other."""
+    yield from serve(request)
+
+
+@pytest.fixture(scope="module")
+def explains(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """Another agent, for the tests that count log lines: the attacks fill the first one's
+    log limits (ratelimit.TOTAL lines a minute) on purpose."""
+    yield from serve(request)
+
+
+def serve(request: pytest.FixtureRequest) -> Iterator[Served]:
     require_pcp()
     for base in kept_dir(request, "pmda-mmv-bounded-", "bounded work directory"):
         mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
@@ -137,15 +149,15 @@ def test_attack_leaves_the_good_file_served(served: Served, attack: str) -> None
 
 
 @pytest.mark.pmcd
-def test_reloads_of_a_bad_file_log_within_the_limits(served: Served) -> None:
+def test_reloads_of_a_bad_file_log_within_the_limits(explains: Served) -> None:
     """A file of 20,000 orphan values loaded six times: its one cause is logged at most
     PER_CAUSE times, not 20,000 times per load."""
-    (path,) = hostile.orphan_values(served.dir, 20_000)
+    (path,) = hostile.orphan_values(explains.dir, 20_000)
     try:
         for k in range(6):
             os.utime(path, (k, k))
-            served.assert_good_answers()
-        cause = [ln for ln in served.log_lines(path) if "is not an accepted metric entry" in ln]
+            explains.assert_good_answers()
+        cause = [ln for ln in explains.log_lines(path) if "is not an accepted metric entry" in ln]
         assert 1 <= len(cause) <= PER_CAUSE, cause
     finally:
         path.unlink()
@@ -154,22 +166,22 @@ def test_reloads_of_a_bad_file_log_within_the_limits(served: Served) -> None:
 @pytest.mark.pmcd
 @pytest.mark.parametrize("nested", [False, True], ids=["flat", "map"])
 def test_label_set_libpcp_rejects_is_refused_once_naming_the_file(
-    served: Served, nested: bool
+    explains: Served, nested: bool
 ) -> None:
     """Labels that merge into a set libpcp rejects (255 names or more) are refused with
     one log line naming the file; the file's other labels and values are served, label
     requests log nothing more, and a set of 254 (libpcp's largest) is served whole."""
-    (bad,) = hostile.label_flood(served.dir, 255 if nested else 400, nested=nested)
-    (edge,) = hostile.label_flood(served.dir, 254, nested=nested, cluster=207)
+    (bad,) = hostile.label_flood(explains.dir, 255 if nested else 400, nested=nested)
+    (edge,) = hostile.label_flood(explains.dir, 254, nested=nested, cluster=207)
     try:
-        served.assert_good_answers()
-        lines = served.log_lines(bad)
+        explains.assert_good_answers()
+        lines = explains.log_lines(bad)
         assert len(lines) == 1 and "labels" in lines[0] and "libpcp" in lines[0], lines
-        size = served.log_size()
+        size = explains.log_size()
         for _ in range(3):
-            shown = served.pmcd.run("pminfo", "-l", f"mmv.{bad.name}.v", f"mmv.{edge.name}.v")
+            shown = explains.pmcd.run("pminfo", "-l", f"mmv.{bad.name}.v", f"mmv.{edge.name}.v")
             assert shown.returncode == 0, shown.stderr
-        assert served.log_size() == size, served.pmcd.agent_log()[size:]
+        assert explains.log_size() == size, explains.pmcd.agent_log()[size:]
         first = "n0" if nested else "l0"
         last = "n253" if nested else "l253"
         text = shown.stdout.split(f"mmv.{edge.name}.v")[1]
@@ -252,3 +264,17 @@ def test_log_limit_counts_what_it_suppresses() -> None:
     limit.flush()
     assert lines[-1].startswith("/d/a: 49 more log lines about this file suppressed")
     assert len(lines) == 5
+
+
+def test_log_limit_bounds_the_lines_of_all_files() -> None:
+    """Many files, one line each: at most ``total`` lines a window, then one count."""
+    lines: list[str] = []
+    now = [0.0]
+    limit = LogLimit(lines.append, window=10, total=100, clock=lambda: now[0])
+    for k in range(1000):
+        limit(f"/d/empty{k}: file.size at offset 0: size 0, not written yet")
+    assert len(lines) == 100
+    now[0] = 10
+    limit("/d/next: header.g1 at offset 8: generation 0, no data yet")
+    assert lines[-2] == "900 more log lines suppressed (at most 100 every 10 s)"
+    assert lines[-1].startswith("/d/next: ")
