@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.ratelimit import PER_CAUSE, LogLimit
-from pmda_mmv.reader import printable
+from pmda_mmv.reader import _Ranges, printable
 from pmda_mmv.scanner import Scanner
 from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
@@ -278,3 +280,21 @@ def test_log_limit_bounds_the_lines_of_all_files() -> None:
     limit("/d/next: header.g1 at offset 8: generation 0, no data yet")
     assert lines[-2] == "900 more log lines suppressed (at most 100 every 10 s)"
     assert lines[-1].startswith("/d/next: ")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 60)), max_size=400))
+def test_ranges_find_the_overlap_a_scan_finds(spans: list[tuple[int, int]]) -> None:
+    """The reader's sorted ranges (sections, indoms' instances) answer as a scan of every
+    accepted range would, in whatever order ranges come; blocks (of 2 here) split often."""
+    ranges = _Ranges[int](block=2)
+    accepted: list[tuple[int, int, int]] = []
+    for k, (start, length) in enumerate(spans):
+        end = start + length
+        found = ranges.overlapping(start, end)
+        clash = [a for a in accepted if a[0] < end and start < a[1]]
+        assert (found is None) == (not clash)
+        assert found is None or found in clash
+        if found is None:
+            ranges.add(start, end, k)
+            accepted.append((start, end, k))
