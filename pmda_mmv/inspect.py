@@ -11,6 +11,10 @@ field, byte offset and message.  ``--json`` prints a list of
 value, string and label the reader accepted, plus its problems: what PCP's ``mmvdump``
 shows.  ``--json`` prints one list with one object per file (see :func:`describe`).
 
+Both are bounded and terminal-safe: at most ``format.MAX_PROBLEMS`` problems per file are
+listed (then one line counting the others), and every control and bidirectional character
+of a name, help text or label is escaped (:func:`~.reader.printable`; ``\\uXXXX`` in JSON).
+
 Exit status of both: 0 when every file is ``ok``, 1 when any is not, 2 on a usage error.
 Units are formatted as PCP's ``pmUnitsStr(3)`` does, through python3-pcp when it is
 installed and with :func:`format_units` otherwise, so neither command needs python3-pcp.
