@@ -29,14 +29,13 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from . import format as fmt
-from .reader import Indom, Instance, Label, Metric, MmvFile, name_problem, printable
+from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
 PM_TYPE_64: Final = 2
@@ -339,7 +338,9 @@ class Catalogue:
         self.owners[cluster] = (uid, count + 1)
         self._add_indoms(entry, wanted or set())
         self._add_metrics(entry)
-        entry.labels, entry.notes = _merge(lb for lb in mf.labels if lb.kind == fmt.LABEL_CLUSTER)
+        entry.labels, entry.notes = merge_labels(
+            mf.labels_for(fmt.LABEL_CLUSTER, mf.header.cluster)
+        )
         self.files[mf.name] = entry
         remember(self.last_cluster, mf.name, cluster, self.files)
         return entry
@@ -386,17 +387,9 @@ class Catalogue:
             else:
                 self.last_indom.pop((mf.name, serial), None)
             si = ServedIndom(pcp_serial, indom, file=mf.name)
-            si.labels, si.notes = _merge(
-                lb for lb in mf.labels if lb.kind == fmt.LABEL_INDOM and lb.identity == serial
-            )
+            si.labels, si.notes = merge_labels(mf.labels_for(fmt.LABEL_INDOM, serial))
             for inst in indom.instances:
-                pair = _merge(
-                    lb
-                    for lb in mf.labels
-                    if lb.kind == fmt.LABEL_INSTANCES
-                    and lb.identity == serial
-                    and lb.internal == inst.internal
-                )
+                pair = merge_labels(mf.labels_for(fmt.LABEL_INSTANCES, serial, inst.internal))
                 if pair != ("", ""):
                     si.instance_labels[inst.internal] = pair
             entry.indoms[serial] = si
@@ -425,9 +418,7 @@ class Catalogue:
                 self._claim(name)
             served = _served_metric(name, entry.cluster, metric, indom)
             served.file = mf.name
-            served.labels, served.notes = _merge(
-                lb for lb in mf.labels if lb.kind == fmt.LABEL_ITEM and lb.identity == metric.item
-            )
+            served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))
             entry.metrics.append(served)
             _link(self.sources, (entry.cluster, metric.item), served)
 
@@ -470,42 +461,3 @@ def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None
         )
     sem = m.semantics or PM_SEM_COUNTER
     return ServedMetric(name, cluster, m.item, m.type, sem, m.dimension, indom, m)
-
-
-def _merge(labels: Iterable[Label]) -> tuple[str, str]:
-    """Merge label payloads in file order (later names override, maps merge) into
-    (labels, notes) JSON object texts, split by the on-disk OPTIONAL flag; "" for none.
-    Numbers keep the writer's spelling (``-1.5e3`` stays so); text is not re-escaped."""
-    required: dict[str, object] = {}
-    optional: dict[str, object] = {}
-    for lb in labels:
-        target = optional if lb.optional else required
-        _deep_update(target, json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
-    return (_dump(required) if required else "", _dump(optional) if optional else "")
-
-
-def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:
-    """Merge ``new`` into ``target`` as PCP merges label sets: maps merge name by name
-    (``{"m":{"a":1}}`` then ``{"m":{"b":2}}`` gives ``m.a`` and ``m.b``), anything else
-    is replaced."""
-    for name, value in new.items():
-        old = target.get(name)
-        if isinstance(old, dict) and isinstance(value, dict):
-            _deep_update(old, value)
-        else:
-            target[name] = value
-
-
-class _Raw(str):
-    """A JSON number token, kept as written."""
-
-
-def _dump(value: object) -> str:
-    if isinstance(value, _Raw):
-        return str(value)
-    if isinstance(value, dict):
-        items = (f"{json.dumps(k, ensure_ascii=False)}:{_dump(v)}" for k, v in value.items())
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_dump(v) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)

@@ -175,6 +175,17 @@ MAX_CLUSTER: Final = 4095  # 12-bit PMID cluster
 MAX_SERIAL: Final = (1 << 22) - 1  # 22-bit pmInDom serial; also an INDOMS count limit
 MAX_LABELS: Final = 255  # count limit of a LABELS section
 
+# -- limits of ours (bounded work per file) ------------------------------------------------
+MAX_TOCS: Final = 1024
+"""TOC entries accepted in one file; libpcp_mmv writes at most 6, other writers as few.
+More refuse the file (header.tocs), so no file makes its validation cost grow without end."""
+MAX_PROBLEMS: Final = 32
+"""Problems recorded (and logged) per file load: the first ones, then one summary line
+with the count of the others."""
+
+# -- limits of libpcp (labels.c: a label set it accepts) -----------------------------------
+PM_MAXLABELS: Final = 255  # pmapi.h; libpcp refuses a set of this many labels or more
+
 # -- pmUnits word (native bitfields; little-endian bit positions) -------------------------
 
 

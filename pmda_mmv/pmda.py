@@ -25,6 +25,7 @@ from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 from . import format as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
 from .pmidhash import PmidHashCount, locate
+from .ratelimit import LogLimit
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
@@ -155,9 +156,10 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         directory = opts.directory or os.path.join(
             pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
         )
-        self.catalogue = Catalogue(opts.prefix, log=self.err)
+        self.file_log = LogLimit(self.err)  # one limiter for every line about a file
+        self.catalogue = Catalogue(opts.prefix, log=self.file_log)
         self.scanner = Scanner(
-            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.err
+            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.file_log
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
@@ -184,7 +186,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def log_line(self, line: str) -> None:
         """One line in the agent's log (pmNotifyErr at LOG_ERR), made printable."""
-        self.err(printable(line))
+        self.file_log(printable(line))
 
     # -- startup
 

@@ -136,6 +136,9 @@ CHECK_BUDGET: Final = 64
 UNSEEN: Final = (-1,)
 """Stat key of an entry not looked at yet (or to be looked at again)."""
 
+MAX_DIRTY: Final = 4096
+"""Names queued (one each, however many events) before the queue becomes one listing."""
+
 ALL: Final = "\0all"
 """Marker queued by the watcher when the whole directory must be listed again."""
 
@@ -206,7 +209,10 @@ class Scanner:
     def mark_dirty(self, name: str = ALL) -> None:
         """Queue a check of ``name`` (or of the whole directory); safe from any thread."""
         with self._dirty_lock:
-            self._dirty.add(name)
+            if len(self._dirty) < MAX_DIRTY:
+                self._dirty.add(name)
+            else:  # bounded: that many changes are cheaper as one listing
+                self._dirty = {ALL}
 
     def _take_dirty(self) -> set[str]:
         with self._dirty_lock:

@@ -2,7 +2,7 @@
 archive then replays names, units, instances, labels and help intact, and no PMID changes
 meaning during the recording.
 
-One private pmcd serves a directory of libpcp_mmv files (tests/test_differential.Registry):
+One private pmcd serves a directory of libpcp_mmv files (tests.writers.libpcp_mmv.Registry):
 
 * ``steady`` (cluster 20): a counter and a per-instance gauge, updated 4 times a second,
   with labels at cluster, item, indom and instance level and help text;
@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from tests.pmcd import PrivatePmcd, make_dir, our_agent
-from tests.test_differential import COUNT, COUNTER, DOUBLE, L_STRING, U32, U64, Registry
+from tests.test_differential import COUNT, COUNTER, DOUBLE, U32, U64
+from tests.writers.libpcp_mmv import LABEL_STRING, Registry
 
 pytestmark = pytest.mark.pmcd
 
@@ -54,10 +55,10 @@ def steady(mmv_dir: Path) -> Registry:
     r = Registry(mmv_dir / "steady", 20).indom(1, [(0, "a"), (1, "b")], "two", "two instances")
     r.metric("count", 1, U64, COUNTER, COUNT, short="a counter", long="counts up")
     r.metric("g", 2, DOUBLE, indom=1, short="gauge")
-    r.label("registry", "app", '"steady"', L_STRING)
-    r.label("metric", "m", '"count"', L_STRING, ident=1)
-    r.label("indom", "dom", '"two"', L_STRING, ident=1)
-    r.label("instance", "which", '"first"', L_STRING, ident=1, inst=0)
+    r.registry_label("app", '"steady"', LABEL_STRING)
+    r.metric_label(1, "m", '"count"', LABEL_STRING)
+    r.indom_label(1, "dom", '"two"', LABEL_STRING)
+    r.instance_label(1, 0, "which", '"first"', LABEL_STRING)
     return r.start()
 
 

@@ -1,10 +1,10 @@
 """Differential tests: pmda-mmv under pmcd against PCP 6.0.3's C pmdammv, case by case.
 
-Each case is a directory of MMV files written by real writers: the corpus of
-``../shared/tools/mmv-corpus`` (libpcp_mmv through ctypes and its legacy APIs, python3-pcp's
-``pcp.mmv``, the pcp-testsuite captures) plus the cases made here (:data:`OWN_CASES`, with
-libpcp_mmv's registry API and the ``tests/mmvbuild`` writers).  For every case the same client
-commands run against
+Each case is a directory of MMV files written by real writers: the project's corpus
+(:mod:`tests.writers`: libpcp_mmv through ctypes and its legacy APIs, python3-pcp's
+``pcp.mmv``, Perl's ``PCP::MMV``, the pcp-testsuite captures) plus the cases made here
+(:data:`OWN_CASES`, with libpcp_mmv's registry API and the ``tests/mmvbuild`` writers).  For
+every case the same client commands run against
 
 * the C agent: ``pmda_mmv.so`` loaded in a local context (``pminfo -L -Kclear -Kadd,70,...``)
   with ``PCP_TMP_DIR`` at the case, so every command scans afresh;
@@ -20,7 +20,6 @@ named after it, on a case made to show it.  Bugs it found are regression tests a
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import subprocess
@@ -48,20 +47,27 @@ from tests.normalize import (
     parse_pmids,
     parse_probe,
 )
-from tests.pmcd import CHECKOUT, PrivatePmcd, make_dir, our_agent, pcp_config
+from tests.pmcd import PrivatePmcd, make_dir, our_agent
+from tests.writers.cases import CASES, Params
+from tests.writers.corpus import write_corpus
+from tests.writers.libpcp_mmv import (
+    LABEL_BOOLEAN,
+    LABEL_MAP,
+    LABEL_NULL,
+    LABEL_NUMBER,
+    LABEL_STRING,
+    Registry,
+)
+from tests.writers.reference import C_DSO, local_context, write_pmns
 
 pytestmark = pytest.mark.pmcd
 
-CORPUS_TOOL = CHECKOUT.parent / "shared" / "tools" / "mmv-corpus"
 LARGE_INSTANCES = 5000  # capi-large*: 2 x 5000 values (the C agent's fetch is quadratic)
-# the packaged C agent (once pmda-mmv is installed, $PCP_PMDAS_DIR/mmv is ours)
-C_DSO = Path(pcp_config("PCP_PMDASADM_DIR", "/usr/lib/pcp/pmdas")) / "mmv" / "pmda_mmv.so"
 CLIENT_ENV = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMCD_PORT")}
 
-# ---- real writers: libpcp_mmv's registry API through ctypes ----------------------------------
+# ---- real writers: libpcp_mmv's registry API (tests.writers.libpcp_mmv) --------------------
 
 NONE_UNITS, COUNT = 0, fmt.units_word(dim_count=1)
-L_STRING, L_NUMBER, L_BOOL, L_NULL, L_MAP = 1, 2, 3, 4, 6  # mmv_stats_add_*_label types
 U32, I32, U64, FLOAT, DOUBLE = (
     fmt.TYPE_U32,
     fmt.TYPE_I32,
@@ -70,97 +76,6 @@ U32, I32, U64, FLOAT, DOUBLE = (
     fmt.TYPE_DOUBLE,
 )
 INSTANT, COUNTER = fmt.SEM_INSTANT, fmt.SEM_COUNTER
-
-
-class Registry:
-    """One file written by libpcp_mmv (``mmv_stats_registry`` ... ``mmv_stats_start``) in this
-    process; the mapping stays open (values can be set later) until the process ends."""
-
-    def __init__(self, path: Path, cluster: int = 0, flags: int = 0) -> None:
-        self.lib = mmvbuild._libpcp_mmv()
-        self.keep: list[bytes] = []
-        self.reg = self.lib.mmv_stats_registry(self.b(str(path)), cluster, flags)
-        self.addr: int | None = None
-
-    def b(self, text: str | None) -> bytes | None:
-        if text is None:
-            return None
-        self.keep.append(text.encode())
-        return self.keep[-1]
-
-    def indom(
-        self,
-        serial: int,
-        insts: list[tuple[int, str]],
-        short: str | None = None,
-        long: str | None = None,
-    ) -> Registry:
-        self.lib.mmv_stats_add_indom(self.reg, serial, self.b(short), self.b(long))
-        for internal, name in insts:  # 6.0.3 returns -1 on success too: not checked
-            self.lib.mmv_stats_add_instance(self.reg, serial, internal, self.b(name))
-        return self
-
-    def metric(
-        self,
-        name: str,
-        item: int,
-        mtype: int,
-        sem: int = INSTANT,
-        units: int = NONE_UNITS,
-        indom: int = -1,
-        short: str | None = None,
-        long: str | None = None,
-    ) -> Registry:
-        rc = self.lib.mmv_stats_add_metric(
-            self.reg,
-            self.b(name),
-            item,
-            mtype,
-            sem,
-            mmvbuild._Units(units),
-            indom,
-            self.b(short),
-            self.b(long),
-        )
-        assert rc >= 0, f"mmv_stats_add_metric {name}"
-        return self
-
-    def label(
-        self,
-        kind: str,
-        name: str,
-        value: str,
-        vtype: int,
-        *,
-        optional: bool = False,
-        ident: int = 0,
-        inst: int = -1,
-    ) -> Registry:
-        lib, n, v, o = self.lib, self.b(name), self.b(value), int(optional)
-        if kind == "registry":
-            rc = lib.mmv_stats_add_registry_label(self.reg, n, v, vtype, o)
-        elif kind == "indom":
-            rc = lib.mmv_stats_add_indom_label(self.reg, ident, n, v, vtype, o)
-        elif kind == "metric":
-            rc = lib.mmv_stats_add_metric_label(self.reg, ident, n, v, vtype, o)
-        else:
-            rc = lib.mmv_stats_add_instance_label(self.reg, ident, inst, n, v, vtype, o)
-        assert rc >= 0, f"{kind} label {name}={value}"
-        return self
-
-    def start(self) -> Registry:
-        self.addr = self.lib.mmv_stats_start(self.reg)
-        assert self.addr, f"mmv_stats_start failed (errno {ctypes.get_errno()})"
-        return self
-
-    def set(self, metric: str, inst: str | None, value: float | str) -> Registry:
-        desc = self.lib.mmv_lookup_value_desc(self.addr, self.b(metric), self.b(inst))
-        assert desc, f"no value for {metric}[{inst}]"
-        if isinstance(value, str):
-            self.lib.mmv_set_string(self.addr, desc, self.b(value), len(value))
-        else:
-            self.lib.mmv_set_value(self.addr, desc, float(value))
-        return self
 
 
 def case_collide(d: Path) -> list[Any]:
@@ -175,7 +90,7 @@ def case_collide(d: Path) -> list[Any]:
         r.metric("m.count", 1, U64, COUNTER, COUNT, short=f"{name} count")
         r.metric("m.multi", 2, U32, indom=1, short=f"{name} per instance")
         r.metric(f"m.only_{name}", 3 + k, I32)
-        r.label("registry", "file", f'"{name}"', L_STRING)
+        r.registry_label("file", f'"{name}"', LABEL_STRING)
         r.start().set("m.count", None, 100 + k).set(f"m.only_{name}", None, -k)
         r.set("m.multi", f"{name}0", 10 * k).set("m.multi", f"{name}{k + 1}", 10 * k + 1)
         writers.append(r)
@@ -238,13 +153,13 @@ def case_labels(d: Path) -> list[Any]:
     labels from one payload) and a bool; q a null."""
     r = Registry(d / "lab0", 0).indom(3, [(0, "p"), (1, "q")], "pair")
     r.metric("c", 1, U64, COUNTER, COUNT, short="count").metric("per", 2, DOUBLE, indom=3)
-    r.label("registry", "app", '"lab0"', L_STRING)
-    r.label("registry", "tier", "2", L_NUMBER, optional=True)
-    r.label("metric", "unit", '"ops"', L_STRING, ident=1)
-    r.label("indom", "kind", '"pair"', L_STRING, ident=3)
-    r.label("instance", "where", '{"rack":"r1","row":4}', L_MAP, ident=3, inst=0)
-    r.label("instance", "first", "true", L_BOOL, ident=3, inst=0)
-    r.label("instance", "second", "null", L_NULL, ident=3, inst=1, optional=True)
+    r.registry_label("app", '"lab0"', LABEL_STRING)
+    r.registry_label("tier", "2", LABEL_NUMBER, optional=True)
+    r.metric_label(1, "unit", '"ops"', LABEL_STRING)
+    r.indom_label(3, "kind", '"pair"', LABEL_STRING)
+    r.instance_label(3, 0, "where", '{"rack":"r1","row":4}', LABEL_MAP)
+    r.instance_label(3, 0, "first", "true", LABEL_BOOLEAN)
+    r.instance_label(3, 1, "second", "null", LABEL_NULL, optional=True)
     r.start().set("c", None, 7).set("per", "p", 0.5).set("per", "q", 1.5)
     return [r]
 
@@ -253,7 +168,7 @@ def case_negative_instance(d: Path) -> list[Any]:
     """Negative internal instance ids (an int32 in the file; pmdaInstance handles them)."""
     r = Registry(d / "neg", 44).indom(1, [(-5, "minus5"), (3, "three")], "signed ids")
     r.metric("v", 1, I32, indom=1)
-    r.label("instance", "sign", '"negative"', L_STRING, ident=1, inst=-5)
+    r.instance_label(1, -5, "sign", '"negative"', LABEL_STRING)
     return [r.start().set("v", "minus5", -50).set("v", "three", 30)]
 
 
@@ -324,34 +239,6 @@ OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-mmvbuild": case_mmvbuild,
 }
 
-CORPUS_CASES = (
-    "capi-elapsed", "capi-elapsed-running", "capi-items", "capi-large", "capi-large-v2",
-    "capi-many-files", "capi-minimal", "capi-name-clash", "capi-noflag-pidlive",
-    "capi-nometrics", "capi-process-dead", "capi-process-exited", "capi-process-live",
-    "capi-stats-wrappers", "capi-units-pad", "capi-v1-cluster-max", "capi-v1-cluster0",
-    "capi-v1-empty-indom", "capi-v1-name63", "capi-v1-noprefix", "capi-v1-sentinel",
-    "capi-v1-types", "capi-v1-types-nohelp", "capi-v1-utf8-instances", "capi-v2-longnames",
-    "capi-v2-name64", "capi-v2-utf8-long", "capi-v3-labels", "capi-v3-labels-longnames",
-    "capi-v3-onelabel", "capi1-legacy-init", "capi2-legacy-init2", "captured-KeyboardReader",
-    "captured-large-parfait", "captured-pytest", "pymmv-basic", "pymmv-process-noprefix",
-)  # fmt: skip
-"""Cases mmv-corpus writes with the writers every PCP 6.0.3 machine has (test_corpus_cases_
-are_all_compared fails when the tool's list changes).  Its Speed (Go) cases need a writer
-binary we do not build."""
-
-
-def _have_perl_mmv() -> bool:
-    try:
-        return (
-            subprocess.run(["perl", "-MPCP::MMV", "-e", "1"], capture_output=True).returncode == 0
-        )
-    except OSError:
-        return False
-
-
-PERL_CASES = ("perl-basic", "perl-process") if _have_perl_mmv() else ()
-"""mmv-corpus's PCP::MMV cases, written when libpcp-mmv-perl is installed."""
-
 # ---- the two agents ----------------------------------------------------------------------
 
 
@@ -378,12 +265,10 @@ class CAgent:
     def __init__(self, base: Path) -> None:
         if not os.access(C_DSO, os.R_OK):
             pytest.fail(f"the C reference {C_DSO} is missing (Debian package pcp)")
-        self.pmns = base / "root_mmv"
-        self.pmns.write_text("root {\n    mmv\t70:*:*\n}\n")
+        self.local = local_context(write_pmns(base / "root_mmv"))
 
     def run(self, case: Path, tool: str, *args: str) -> Ran:
-        local = ["-n", str(self.pmns), "-L", "-Kclear", f"-Kadd,70,{C_DSO},mmv_init"]
-        return run([tool, *local, *args], dict(CLIENT_ENV, PCP_TMP_DIR=str(case)))
+        return run([tool, *self.local, *args], dict(CLIENT_ENV, PCP_TMP_DIR=str(case)))
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -740,15 +625,10 @@ def diff_base(private_base: Path, pcp_required: None) -> Path:
 
 @pytest.fixture(scope="module")
 def corpus(diff_base: Path) -> Path:
-    """``mmv-corpus OUTDIR --no-check`` (C outputs are made here, in the same run as ours)."""
-    if not CORPUS_TOOL.exists():
-        pytest.fail(f"{CORPUS_TOOL} is missing (../shared/tools)")
+    """The real-writer corpus (:mod:`tests.writers`), files only: the C agent's outputs are
+    made here, in the same run as ours."""
     out = diff_base / "corpus"
-    argv = ["/usr/bin/python3", str(CORPUS_TOOL), str(out), "--no-check"]
-    done = subprocess.run(
-        [*argv, "--large-instances", str(LARGE_INSTANCES)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    write_corpus(out, Params(large=LARGE_INSTANCES), references=False)
     return out
 
 
@@ -794,7 +674,7 @@ def compared(
 # ---- the differential test -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", [*CORPUS_CASES, *PERL_CASES, *OWN_CASES])
+@pytest.mark.parametrize("case", [*CASES, *OWN_CASES])
 def test_differential(case: str, compared: Callable[[str], Compared]) -> None:
     """Every difference between the C agent and ours is one of the documented KINDS."""
     r = compared(case)
@@ -804,8 +684,9 @@ def test_differential(case: str, compared: Callable[[str], Compared]) -> None:
 
 
 def test_corpus_cases_are_all_compared(corpus: Path) -> None:
-    written = {p.name for p in corpus.iterdir() if (p / "mmv").is_dir()}
-    assert written == {*CORPUS_CASES, *PERL_CASES}
+    """Every case of the corpus wrote files (test_differential compares them all)."""
+    written = {p.name for p in corpus.iterdir() if (p / "mmv").is_dir() and any(p.iterdir())}
+    assert written == set(CASES)
 
 
 # ---- one test per documented difference ------------------------------------------------------

@@ -21,6 +21,7 @@ from pmda_mmv import format as fmt
 from pmda_mmv import inspect
 from pmda_mmv.reader import MmvFile
 from tests.mmvbuild import FIELDS, Image, Indom, Instance, Metric, MmvBuilder, Value, sample
+from tests.writers import reference
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / "pmda-mmv"
@@ -843,12 +844,10 @@ def test_check_statuses_on_the_corpus(mmv_corpus: Path) -> None:
 
 
 def serve_with_c(c_reference: tuple[str, str], top: Path) -> subprocess.CompletedProcess[str]:
-    """The C agent's view of ``top/mmv`` in a local context (``pminfo -L``), as mmv-corpus
-    runs it: private PMNS, DSO loaded into pminfo."""
-    pminfo, dso = c_reference
-    pmns = top / "pmns"
-    pmns.write_text("root {\n    mmv\t70:*:*\n}\n")
-    cmd = [pminfo, "-n", str(pmns), "-L", "-Kclear", f"-Kadd,70,{dso},mmv_init", "-f", "mmv"]
+    """The C agent's view of ``top/mmv`` in a local context (``pminfo -L``), as the corpus's
+    references are taken (:mod:`tests.writers.reference`)."""
+    pminfo, _ = c_reference
+    cmd = [pminfo, *reference.local_context(reference.write_pmns(top / "pmns")), "-f", "mmv"]
     env = dict(os.environ, PCP_TMP_DIR=str(top))
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
 
