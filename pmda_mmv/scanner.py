@@ -12,9 +12,10 @@ Not ready (empty, header or generation not written yet, g1 != g2): retried at th
 request, then after RETRY_FIRST seconds, doubling up to RETRY_MAX; at once when a watcher
 event names the file or its stat changed; at most RETRY_BUDGET such retries per request
 (files that have waited less go first).  A retry reads the header through a descriptor
-kept while the file is not ready (up to a quarter of the descriptor limit) and opens the
-file again only when the header changed.  Logged once it has stayed so for
-``not_ready_grace`` seconds, since every writer passes through those states.
+kept while the file is not ready (up to a quarter of the descriptor limit, opened when the
+file is first found not ready) and opens the file again only when the header changed.
+Logged once it has stayed so for ``not_ready_grace`` seconds, since every writer passes
+through those states.
 
 MMV_FLAG_PROCESS: each served file's writer is watched through a ``pidfd_open(2)``
 descriptor, all of them in one epoll set polled at the start of every request, so a writer's
@@ -50,7 +51,15 @@ import psutil
 
 from . import format as fmt
 from .catalogue import Catalogue, FileEntry, Log, remember
-from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady, printable
+from .reader import (
+    DEFAULT_MAX_SIZE,
+    Changed,
+    MmvError,
+    MmvFile,
+    NotReady,
+    printable,
+    read_header,
+)
 
 OK: Final = "ok"
 PARTIAL: Final = "partial"
@@ -62,7 +71,7 @@ EXITED: Final = "exited"
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
-RETRY_BUDGET: Final = 64  # retries (header reads or reopens) of files not ready per request
+RETRY_BUDGET: Final = 16  # retries (header reads or reopens) of files not ready per request
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
 
@@ -426,12 +435,13 @@ class Scanner:
         if key == state.key:
             return None
         state.key = key
-        head = self._peek(state, target, st) if state.state == NOT_READY else None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
             self._set(state, NOT_READY, str(e), changes)
-            state.head = head  # read before the open: any later change shows
+            head = self._peek(state, target, st)
+            # kept only when it is itself not ready: it may be newer than what open() saw
+            state.head = head if head is not None and _waits(target, head) else None
             return None
         except MmvError as e:
             self._set(state, REFUSED, str(e), changes)
@@ -656,6 +666,21 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "special file"
+
+
+def _waits(path: str, head: bytes) -> bool:
+    """Whether a file whose first bytes are ``head`` is not ready (reader.read_header)."""
+    if not head:
+        return True  # empty
+    if len(head) < fmt.HEADER_SIZE:
+        return False
+    try:
+        read_header(path, head, fmt.HEADER_SIZE)
+    except NotReady:
+        return True
+    except MmvError:
+        return False
+    return False
 
 
 def _read_head(fd: int) -> bytes | None:
