@@ -992,3 +992,28 @@ def test_differential_follows_changes(diff_base: Path, agents: tuple[CAgent, Our
     assert not unexplained(after), "\n".join(unexplained(after))
     assert values(after.ours_info, "mmv.live.v") == {"two": "20", "three": "3"}
     assert "mmv.gone.g" not in after.ours_info and values(after.ours_info, "mmv.late.l")
+
+
+def test_help_with_blank_lines_is_one_block() -> None:
+    """PCP 7.x's C agent: ``mmv.control.debug`` help has a blank line inside (``pminfo -T``
+    output of 7.2.2); once parsed as a new, nameless block."""
+    text = (
+        "mmv.control.debug [Debug options]\n"
+        "    Data Type: string  InDom: PM_INDOM_NULL 0xffffffff\n"
+        "Help:\n"
+        "See pmdbg(1).  pmstore into this metric to change the debug option(s)\n"
+        "\n"
+        "Note that if this PMDA is installed as a DSO agent, the debug options\n"
+        "are shared with pmcd(1)\n"
+        '    value ""\n'
+        "\n"
+        "mmv.control.files [Memory mapped file count]\n"
+        "    value 0\n"
+    )
+    blocks = parse_info(text)
+    assert list(blocks) == ["mmv.control.debug", "mmv.control.files"]
+    assert (blocks["mmv.control.debug"].help or "").split("\n")[1:3] == [
+        "",
+        "Note that if this PMDA is installed as a DSO agent, the debug options",
+    ]
+    assert blocks["mmv.control.debug"].values == {None: '""'}
