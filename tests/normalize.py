@@ -32,6 +32,7 @@ CONTEXT_LABELS = frozenset({"hostname", "domainname", "machineid", "userid", "gr
 
 NO_TEXT = "Error: One-line or help text is not available"
 BAD_PMID = "Error: Unknown or illegal metric identifier"
+BAD_INDOM = "Error: Unknown or illegal instance domain identifier"
 
 _HEAD = re.compile(r"^(\S+)(?: (?:\[(.*)\]|One-line Help: (Error: .*)))?$")
 _DESC = re.compile(r"^    Data Type: (.*)  InDom: (\S+) 0x[0-9a-f]+$")
