@@ -686,6 +686,19 @@ def empty_component(d: Diff, r: Compared) -> bool:
     return bool(re.search(r"\.\.|\.$", d.name)) and refused
 
 
+def refused_names_count(d: Diff, r: Compared) -> bool:
+    """``mmv.control.metrics`` (PCP 7) counts the metrics served: ours is lower by the
+    names it refuses (broken-namespace, empty-component) that C counts."""
+    if d.name != "mmv.control.metrics" or d.field != "values":
+        return False
+    if not isinstance(d.c, dict) or not isinstance(d.ours, dict):
+        return False
+    refused = any(
+        broken_namespace(x, r) or empty_component(x, r) for x in r.diffs if x.name != d.name
+    )
+    return int(d.ours[None]) < int(d.c[None]) and refused
+
+
 KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "cluster-alias": cluster_alias,
     "indom-pool": indom_pool,
@@ -699,6 +712,7 @@ KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "elapsed-running": elapsed_running,
     "broken-namespace": broken_namespace,
     "empty-component": empty_component,
+    "refused-names-count": refused_names_count,
 }
 """Every allowed difference, by the id docs/differences.md gives it."""
 
@@ -950,6 +964,17 @@ def test_empty_component(compared: Callable[[str], Compared]) -> None:
         assert name in listed(r.c_tree) and name not in listed(r.ours_tree)
     for name in ("mmv.names.ok", "mmv.names.x.9lead"):
         assert values(r.ours_info, name) == values(r.c_info, name)
+
+
+def test_refused_names_count(compared: Callable[[str], Compared]) -> None:
+    """Where C has ``mmv.control.metrics`` (PCP 7), ours counts the 2 names it refuses less;
+    elsewhere the strict drop-in has no such metric, as C."""
+    r = compared("own-names")
+    if "mmv.control.metrics" not in r.c_info:
+        assert "mmv.control.metrics" not in r.ours_info
+        return
+    c, ours = values(r.c_info, "mmv.control.metrics"), values(r.ours_info, "mmv.control.metrics")
+    assert int(c[None]) - int(ours[None]) == 2
 
 
 # ---- regressions: bugs the comparison found, fixed ------------------------------------------
