@@ -16,14 +16,18 @@ the installed libpcp for a feature wherever one shows the difference:
   private attributes in 6.0.3, 6.3.8 and 7.2.2): :func:`drop_metric_text`,
   :func:`keep_metric_text`, :func:`drop_indom`, :func:`drop_indom_text`.
 
-Units need nothing here: the on-disk pmUnits word is handed to pmcd bit for bit (7.2's extra
-units in the former pad bits included), and clients print it with their own libpcp.
+* :func:`extra_units`: the installed ``pmUnitsStr`` reads the former pad bits of a pmUnits
+  (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent needs
+  nothing for them (the on-disk word is handed to pmcd bit for bit, and clients print it
+  with their own libpcp); ``pmda-mmv check``/``dump`` print units with the installed
+  ``pmUnitsStr`` too, and only their fallback without python3-pcp ignores these bits.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -119,6 +123,12 @@ def set_debug(options: str) -> int:
         LIBPCP.pmClearDebug(b"all")
         return int(c_api.PM_ERR_CONV)
     return 0
+
+
+@functools.cache
+def extra_units() -> bool:
+    """The installed pmUnitsStr prints the former pad bits (PCP 7.2's extra units)."""
+    return str(pmapi.pmUnits.from_buffer_copy(struct.pack("=I", 9))) != ""
 
 
 # -- the PMID hash defect (pmidhash.py) ---------------------------------------------------
