@@ -97,8 +97,11 @@ def control_metrics(status_metrics: bool) -> dict[int, ControlMetric]:
     return control
 
 
-def get_debug() -> str:
-    """This process's libpcp debug options, as pmGetDebug(3) lists them (PCP 7)."""
+def get_debug() -> str | int:
+    """``mmv.control.debug`` as the C agent serves it: this process's libpcp debug options
+    (pmGetDebug(3), PCP 7), or libpcp's legacy ``pmDebug`` bits (PCP 6)."""
+    if not debug_options():
+        return ctypes.c_int.in_dll(LIBPCP, "pmDebug").value
     get = LIBPCP.pmGetDebug
     get.restype = ctypes.c_void_p  # malloc'd at every call: freed here
     get.argtypes = []
@@ -109,6 +112,16 @@ def get_debug() -> str:
         return ctypes.string_at(text).decode("utf-8", "replace")
     finally:
         _LIBC.free(ctypes.c_void_p(text))
+
+
+def store_debug(value: str | int) -> int:
+    """A pmstore into ``mmv.control.debug``, applied to this process's libpcp as the C
+    agent applies it to its own (to pmcd's, as a DSO): PCP 6 sets ``pmDebug`` to the
+    int; PCP 7 replaces the debug options by the string (:func:`set_debug`)."""
+    if debug_options():
+        return set_debug(str(value))
+    ctypes.c_int.in_dll(LIBPCP, "pmDebug").value = int(value)
+    return 0
 
 
 def set_debug(options: str) -> int:

@@ -144,7 +144,6 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.err
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
-        self.debug_value = 0  # PCP 6's int mmv.control.debug, as stored
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.tables: dict[int, Table] = {}  # (cluster << 10) | item -> table builder
         self.results: dict[int, dict[int, Values]] = {}  # this fetch's: cluster -> item -> values
@@ -179,6 +178,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         agent reports ready after its first scan, however long that takes; dbpmda and plain
         ``pipe binary`` lines must not get that report."""
         self.connect_pmcd()
+        if self.opts.debug and pcpcompat.set_debug(self.opts.debug):
+            self.log_line(f"-D {self.opts.debug}: not debug options libpcp accepts (pmdbg -l)")
         if isinstance(self.pmid_hash, str):
             self.log_line(f"PMID hash node count not found ({self.pmid_hash}): {HASH_NOTE}")
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
@@ -215,10 +216,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             )
             self._add(f"{self.opts.prefix}.{name}", metric, oneline, text)
         self.tables[RELOAD] = lambda: ({NULL: int(self.scanner.pending)}, {})
-        if pcpcompat.debug_options():
-            self.tables[DEBUG] = lambda: ({NULL: pcpcompat.get_debug()}, {})
-        else:
-            self.tables[DEBUG] = lambda: ({NULL: self.debug_value}, {})
+        self.tables[DEBUG] = lambda: ({NULL: pcpcompat.get_debug()}, {})
         self.tables[FILES] = lambda: ({NULL: len(self.catalogue.files)}, {})
         self.tables[METRICS] = lambda: (
             {NULL: sum(len(e.metrics) for e in self.catalogue.files.values())},
@@ -460,11 +458,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if item == RELOAD:
             self.scanner.reload_requested = self.reload_stored = bool(value)
             return 0
-        if item == DEBUG and pcpcompat.debug_options():
-            return pcpcompat.set_debug(str(value))
         if item == DEBUG:
-            self.debug_value = int(value)
-            return 0
+            return pcpcompat.store_debug(value)
         return int(c_api.PM_ERR_PERMISSION)
 
     # -- labels

@@ -206,6 +206,14 @@ def test_strict_drop_in_has_the_c_agent_s_control_metrics(
     assert parse_info(ours.run("pminfo", "-dtTf", *control).stdout) == parse_info(c_info.stdout)
 
 
+def test_control_debug_follows_the_debug_option(start: Start, private_mmv_dir: Path) -> None:
+    """``-D appl0,pdu``: ``mmv.control.debug`` shows it as the C agent's does (PCP 6: the
+    legacy pmDebug bits; PCP 7: the options)."""
+    c = start(c_agent(private_mmv_dir.parent, "-D", "appl0,appl1"))
+    ours = start(our_agent(private_mmv_dir, "-D", "appl0,appl1"))
+    assert ours.fetch("mmv.control.debug") == c.fetch("mmv.control.debug")
+
+
 DEBUG_STORES = ["appl0", "pdu,appl1", "", "-pdu", "nonsense", "all", "3", "0"]
 
 
