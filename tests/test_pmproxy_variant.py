@@ -67,7 +67,9 @@ class Proxied:
         env = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMCD_PORT")}
         env["PCP_TMP_DIR"] = str(self.pmcd.tmp_dir)
         dso = f"-Kadd,{PMPROXY_DOMAIN},{c_dso()},pmproxy_init"
-        argv = ["pminfo", "-L", "-Kclear", dso, *args]
+        pmns = self.base / "root_pmproxy"  # its own PMNS: the system's may not exist
+        pmns.write_text(f"root {{\n    pmproxy\t{PMPROXY_DOMAIN}:*:*\n}}\n")
+        argv = ["pminfo", "-n", str(pmns), "-L", "-Kclear", dso, *args]
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
     @contextlib.contextmanager
