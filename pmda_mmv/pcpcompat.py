@@ -16,6 +16,8 @@ the installed libpcp for a feature wherever one shows the difference:
   private attributes in 6.0.3, 6.3.8 and 7.2.2): :func:`drop_metric_text`,
   :func:`keep_metric_text`, :func:`drop_indom`, :func:`drop_indom_text`.
 
+* :func:`version`: the installed PCP's version, for what no feature shows (only tests use
+  it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
 * :func:`extra_units`: the installed ``pmUnitsStr`` reads the former pad bits of a pmUnits
   (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent needs
   nothing for them (the on-disk word is handed to pmcd bit for bit, and clients print it
@@ -36,6 +38,14 @@ from pcp import pmapi
 
 LIBPCP: Final = pmapi.LIBPCP
 _LIBC: Final = ctypes.CDLL(None)
+
+
+@functools.cache
+def version() -> tuple[int, ...]:
+    """PCP_VERSION of the installed PCP, e.g. (6, 0, 3)."""
+    text = pmapi.pmContext.pmGetConfig("PCP_VERSION") or "0"
+    return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
 
 # -- mmv.control.*: the C agent's own metrics, as the installed PCP has them ---------------
 
