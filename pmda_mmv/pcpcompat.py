@@ -36,6 +36,8 @@ from typing import Any, Final
 import cpmapi as c_api
 from pcp import pmapi
 
+from .pmidhash import PmHashCtl
+
 LIBPCP: Final = pmapi.LIBPCP
 _LIBC: Final = ctypes.CDLL(None)
 
@@ -159,18 +161,6 @@ def extra_units() -> bool:
 PM_HASH_WALK_DELETE_NEXT: Final = 3  # libpcp.h __pmHashWalkState
 
 
-class _HashCtl(ctypes.Structure):
-    """libpcp.h ``__pmHashCtl``."""
-
-    _fields_ = [
-        ("nodes", ctypes.c_int),
-        ("hsize", ctypes.c_int),
-        ("hash", ctypes.c_void_p),
-        ("next", ctypes.c_void_p),
-        ("index", ctypes.c_uint),
-    ]
-
-
 _WALK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -178,7 +168,7 @@ _WALK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 def pmid_hash_defect() -> bool:
     """libpcp's walk-based delete keeps the hash's node count (PCP < 7.0.1): two nodes
     added to a hash of our own, both deleted by ``__pmHashWalkCB``; the count must be 0."""
-    ctl = _HashCtl()
+    ctl = PmHashCtl()
     LIBPCP.__pmHashInit(ctypes.byref(ctl))
     for key in (1, 2):
         LIBPCP.__pmHashAdd(ctypes.c_uint(key), None, ctypes.byref(ctl))
