@@ -8,21 +8,22 @@ the installed libpcp for a feature wherever one shows the difference:
   of such a PCP serves ``mmv.control.debug`` as a string of debug options (pmdbg(1)) and
   has ``mmv.control.metrics``; before, ``mmv.control.debug`` is an int and there are three
   control metrics.  Both changed in one rewrite of the C agent (7.0.0, "dynamic map
-  resets"), so one probe decides both: :data:`CONTROL_METRICS`.
+  resets"), so one probe decides both: :func:`control_metrics`.
 * :func:`pmid_hash_defect`: libpcp's ``__pmHashWalkCB`` leaves the node count of a hash
   as it was after deleting every node (fixed in 7.0.1, upstream 737a18aca2): only then is
   :mod:`pmda_mmv.pmidhash` needed.  Probed on a hash of its own.
 * The python3-pcp tables the agent edits directly (help text and indom tables, the same
   private attributes in 6.0.3, 6.3.8 and 7.2.2): :func:`drop_metric_text`,
   :func:`keep_metric_text`, :func:`drop_indom`, :func:`drop_indom_text`.
-
 * :func:`version`: the installed PCP's version, for what no feature shows (only tests use
   it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
-* :func:`extra_units`: the installed ``pmUnitsStr`` reads the former pad bits of a pmUnits
-  (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent needs
-  nothing for them (the on-disk word is handed to pmcd bit for bit, and clients print it
-  with their own libpcp); ``pmda-mmv check``/``dump`` print units with the installed
-  ``pmUnitsStr`` too, and only their fallback without python3-pcp ignores these bits.
+* :func:`count_scale_named`, :func:`extra_units`: the installed ``pmUnitsStr`` names
+  ``count`` for a count scale without dimensions (PCP 7), and reads the former pad bits of
+  a pmUnits (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent
+  needs nothing for them (the on-disk word is handed to pmcd bit for bit, and clients
+  print it with their own libpcp); ``pmda-mmv check``/``dump`` print units with the
+  installed ``pmUnitsStr`` too; only their fallback without python3-pcp
+  (:func:`pmda_mmv.inspect.format_units`) ignores the extra units and prints PCP 7's names.
 """
 
 from __future__ import annotations
@@ -154,6 +155,13 @@ def set_debug(options: str) -> int:
 def extra_units() -> bool:
     """The installed pmUnitsStr prints the former pad bits (PCP 7.2's extra units)."""
     return str(pmapi.pmUnits.from_buffer_copy(struct.pack("=I", 9))) != ""
+
+
+@functools.cache
+def count_scale_named() -> bool:
+    """The installed pmUnitsStr names ``count`` for a count scale without dimensions
+    (PCP 7: ``count x 10^6``; PCP 6: ``x 10^6``)."""
+    return str(pmapi.pmUnits(0, 0, 0, 0, 0, 6)).startswith("count")
 
 
 # -- the PMID hash defect (pmidhash.py) ---------------------------------------------------

@@ -337,9 +337,10 @@ def pcp_units():
 def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None:
     """The fallback prints what PCP 6 prints; where the installed libpcp reads the low 8
     bits (PCP 7.2's extra units, pcpcompat.extra_units) the fallback still ignores them."""
-    assert inspect.format_units(word | pad) == inspect.format_units(word)
+    named = pcpcompat.count_scale_named()
+    assert inspect.format_units(word | pad, named) == inspect.format_units(word, named)
     shown = pcp_units(word | pad) if not pcpcompat.extra_units() else pcp_units(word)
-    assert inspect.format_units(word | pad) == shown
+    assert inspect.format_units(word | pad, named) == shown
 
 
 @pytest.mark.parametrize(
@@ -360,7 +361,10 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
     ],
 )
 def test_fallback_units_examples(kwargs: dict[str, int], text: str) -> None:
-    assert inspect.format_units(fmt.units_word(**kwargs)) == text
+    """PCP 6's texts; PCP 7 names ``count`` for a count scale alone."""
+    assert inspect.format_units(fmt.units_word(**kwargs), count_scale_named=False) == text
+    pcp7 = f"count {text}" if text.startswith("x 10") else text
+    assert inspect.format_units(fmt.units_word(**kwargs)) == pcp7
 
 
 def test_check_and_dump_work_without_python3_pcp(files) -> None:
