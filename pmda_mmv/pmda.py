@@ -218,10 +218,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.tables[RELOAD] = lambda: ({NULL: int(self.scanner.pending)}, {})
         self.tables[DEBUG] = lambda: ({NULL: pcpcompat.get_debug()}, {})
         self.tables[FILES] = lambda: ({NULL: len(self.catalogue.files)}, {})
-        self.tables[METRICS] = lambda: (
-            {NULL: sum(len(e.metrics) for e in self.catalogue.files.values())},
-            {},
-        )
+        # metrics served: one per PMID, however many files share it (PCP QA 648)
+        self.tables[METRICS] = lambda: ({NULL: len(self.served_names)}, {})
         if self.opts.status_metrics:
             self._add_status_metrics(none)
 

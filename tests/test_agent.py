@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv import format as fmt
-from tests.mmvbuild import Metric, MmvBuilder, Value, sample, write_capi, write_pcp_mmv
+from tests.mmvbuild import (
+    Indom,
+    Instance,
+    Metric,
+    MmvBuilder,
+    Value,
+    sample,
+    write_capi,
+    write_pcp_mmv,
+)
 from tests.normalize import parse_info
 from tests.pmcd import PrivatePmcd, c_agent, our_agent
 
@@ -189,6 +198,21 @@ def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Pat
     assert "header.version at offset 4" in problem and "/bad" in problem
     assert pmcd.fetch("mmv.control.metrics") == {None: "1"}
     assert pmcd.fetch("mmv.control.files") == {None: "1"}
+
+
+def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_dir: Path) -> None:
+    """Two writers of one application (PCP QA 648: NOPREFIX, one cluster, the same metric,
+    instances of their own) serve one metric: ``mmv.control.metrics`` is 1, as C 7 counts."""
+    for name, inst in (("cats", 10), ("dogs", 0)):
+        b = MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(Indom(1, [Instance(inst, f"{name}{inst}")]))
+        b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1))
+        b.values.append(Value("animals.tag", inst, inst))
+        publish(b, private_mmv_dir / name)
+    pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))
+    assert pmcd.fetch("mmv.animals.tag") == {"cats10": "10", "dogs0": "0"}
+    assert pmcd.fetch("mmv.control.metrics") == {None: "1"}
+    assert pmcd.fetch("mmv.control.files") == {None: "2"}
 
 
 def test_strict_drop_in_has_the_c_agent_s_control_metrics(

@@ -287,6 +287,19 @@ def case_mmvbuild(d: Path) -> list[Any]:
     return [capi, py]
 
 
+def case_shared(d: Path) -> list[Any]:
+    """PCP QA 648's writers: NOPREFIX files of one application, one cluster, the same metric
+    on the same indom, each with instances of its own; one metric is served (PCP 7's
+    ``mmv.control.metrics`` counts it once)."""
+    for name, insts in (("cats", [(10, "Tom")]), ("dogs", [(0, "Fido"), (1, "Brutus")])):
+        b = mmvbuild.MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(mmvbuild.Indom(1, [mmvbuild.Instance(i, n) for i, n in insts], "pets"))
+        b.metrics.append(mmvbuild.Metric("animals.tag", 33, U32, fmt.SEM_DISCRETE, 0, 1, "tag"))
+        b.values += [mmvbuild.Value("animals.tag", i, i) for i, _ in insts]
+        b.write(d / name)
+    return []
+
+
 OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-collide": case_collide,
     "own-indom-alias": case_indom_alias,
@@ -298,6 +311,7 @@ OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-noprefix-order": case_noprefix_order,
     "own-names": case_names,
     "own-mmvbuild": case_mmvbuild,
+    "own-shared": case_shared,
 }
 
 CORPUS_CASES = (
