@@ -81,10 +81,12 @@ _SPACE = ("byte", "Kbyte", "Mbyte", "Gbyte", "Tbyte", "Pbyte", "Ebyte", "Zbyte",
 _TIME = ("nanosec", "microsec", "millisec", "sec", "min", "hour")
 
 
-def format_units(word: int) -> str:
-    """A pmUnits word (the MMV metric ``dimension`` field) as PCP 6's ``pmUnitsStr(3)``
-    prints it, e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.
-    The low 8 bits (pad; PCP 7 extraUnit/extraScale) are ignored as PCP 6 does."""
+def format_units(word: int, count_scale_named: bool = True) -> str:
+    """A pmUnits word (the MMV metric ``dimension`` field) as ``pmUnitsStr(3)`` prints it,
+    e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.  A count scale
+    without dimensions is ``"count x 10^6"`` as in PCP 7 (``count_scale_named``), ``"x
+    10^6"`` as in PCP 6.  The low 8 bits (pad; PCP 7.2's extraUnit/extraScale) are
+    ignored, as PCP 6 does."""
     dspace, dtime, dcount, sspace, stime, scount = fmt.units_fields(word)
     space = _SPACE[sspace] if sspace < len(_SPACE) else f"space-{sspace}"
     time_ = _TIME[stime] if stime < len(_TIME) else f"time-{stime}"
@@ -99,7 +101,8 @@ def format_units(word: int) -> str:
     text = " ".join(up + (["/", *down] if down else []))
     if text:
         return text
-    return {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
+    alone = {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
+    return f"count {alone}" if alone and count_scale_named else alone
 
 
 @functools.cache

@@ -169,8 +169,15 @@ def replay(archive: Path, *metrics: str) -> list[dict[str, str]]:
     )
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()
-    columns = [c.strip('"') for c in header.split(",")]
+    columns = [column_key(c.strip('"')) for c in header.split(",")]
     return [dict(zip(columns, row.split(","), strict=True)) for row in rows]
+
+
+def column_key(column: str) -> str:
+    """A pmrep CSV column as ``metric[instance]``: pmrep 7.x writes that, 6.x writes
+    ``metric-instance`` (metric names never contain ``-``)."""
+    metric, dash, inst = column.partition("-")
+    return f"{metric}[{inst}]" if dash and "[" not in metric else column
 
 
 def test_pmids_keep_one_meaning(recording: Recording) -> None:
@@ -230,7 +237,7 @@ def test_values_replayed(recording: Recording) -> None:
     counts = [int(r["mmv.steady.count"]) for r in rows]
     assert counts == sorted(counts) and len(set(counts)) > RECORD // 2
     assert set(counts) <= recording.counts
-    assert {float(r["mmv.steady.g-a"]) * 2 for r in rows} <= recording.counts
+    assert {float(r["mmv.steady.g[a]"]) * 2 for r in rows} <= recording.counts
     assert {r["mmv.auto.y"] for r in rows} == {"2"}, "auto's PMID kept its meaning"
 
     def life(column: str) -> str:
@@ -239,9 +246,9 @@ def test_values_replayed(recording: Recording) -> None:
 
     assert life("mmv.leaving.x") == "+."
     assert life("mmv.arriving.z") == life("mmv.auto2.w") == ".+"
-    assert life("mmv.regen.v-one") == "+." and life("mmv.regen.v-three") == ".+"
-    assert {r["mmv.regen.v-two"] for r in rows} == {"2", "22"}
-    assert next(r["mmv.regen.v-three"] for r in rows if r["mmv.regen.v-three"]) == "3"
+    assert life("mmv.regen.v[one]") == "+." and life("mmv.regen.v[three]") == ".+"
+    assert {r["mmv.regen.v[two]"] for r in rows} == {"2", "22"}
+    assert next(r["mmv.regen.v[three]"] for r in rows if r["mmv.regen.v[three]"]) == "3"
 
 
 def test_labels_and_help_replayed(recording: Recording) -> None:

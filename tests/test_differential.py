@@ -36,6 +36,7 @@ from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import derived_indom
 from tests import mmvbuild
 from tests.normalize import (
+    BAD_INDOM,
     BAD_PMID,
     NO_TEXT,
     Block,
@@ -225,6 +226,19 @@ def case_mmvbuild(d: Path) -> list[Any]:
     return [capi, py]
 
 
+def case_shared(d: Path) -> list[Any]:
+    """PCP QA 648's writers: NOPREFIX files of one application, one cluster, the same metric
+    on the same indom, each with instances of its own; one metric is served (PCP 7's
+    ``mmv.control.metrics`` counts it once)."""
+    for name, insts in (("cats", [(10, "Tom")]), ("dogs", [(0, "Fido"), (1, "Brutus")])):
+        b = mmvbuild.MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(mmvbuild.Indom(1, [mmvbuild.Instance(i, n) for i, n in insts], "pets"))
+        b.metrics.append(mmvbuild.Metric("animals.tag", 33, U32, fmt.SEM_DISCRETE, 0, 1, "tag"))
+        b.values += [mmvbuild.Value("animals.tag", i, i) for i, _ in insts]
+        b.write(d / name)
+    return []
+
+
 OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-collide": case_collide,
     "own-indom-alias": case_indom_alias,
@@ -237,6 +251,7 @@ OWN_CASES: dict[str, Callable[[Path], list[Any]]] = {
     "own-noprefix-order": case_noprefix_order,
     "own-names": case_names,
     "own-mmvbuild": case_mmvbuild,
+    "own-shared": case_shared,
 }
 
 # ---- the two agents ----------------------------------------------------------------------
@@ -538,13 +553,17 @@ def no_value_help(d: Diff, r: Compared) -> bool:
     return ok and cb is not None and cb.values is None and cb.type != "Not Supported"
 
 
+C_INDOM_HELP_ERRORS = ((NO_TEXT, NO_TEXT), (BAD_INDOM, BAD_INDOM))
+"""What the C agent answers for any indom's help: PM_ERR_TEXT (6.x), PM_ERR_INDOM (7.x)."""
+
+
 def indom_help(d: Diff, r: Compared) -> bool:
-    """6.0.3 never serves indom help text (7.x looks it up but compares the wrong serial).
-    Ours: the file's one-line and long text, as written (pcp.mmv writes "" for none, served
-    as empty text like a metric's)."""
-    if d.field != "indom help" or d.c != (NO_TEXT, NO_TEXT) or not d.ours:
+    """6.x never serves indom help text, 7.x looks it up but compares the wrong serial and
+    answers PM_ERR_INDOM.  Ours: the file's one-line and long text, as written (pcp.mmv
+    writes "" for none, served as empty text like a metric's), PM_ERR_TEXT without one."""
+    if d.field != "indom help" or d.c not in C_INDOM_HELP_ERRORS or not d.ours:
         return False
-    return not d.ours[0].startswith("Error:")
+    return d.ours == (NO_TEXT, NO_TEXT) or not d.ours[0].startswith("Error:")
 
 
 def nosupport_fetch(d: Diff, r: Compared) -> bool:
@@ -590,6 +609,19 @@ def empty_component(d: Diff, r: Compared) -> bool:
     return bool(re.search(r"\.\.|\.$", d.name)) and refused
 
 
+def refused_names_count(d: Diff, r: Compared) -> bool:
+    """``mmv.control.metrics`` (PCP 7) counts the metrics served: ours is lower by the
+    names it refuses (broken-namespace, empty-component) that C counts."""
+    if d.name != "mmv.control.metrics" or d.field != "values":
+        return False
+    if not isinstance(d.c, dict) or not isinstance(d.ours, dict):
+        return False
+    refused = any(
+        broken_namespace(x, r) or empty_component(x, r) for x in r.diffs if x.name != d.name
+    )
+    return int(d.ours[None]) < int(d.c[None]) and refused
+
+
 KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "cluster-alias": cluster_alias,
     "indom-alias": indom_alias,
@@ -603,6 +635,7 @@ KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "elapsed-running": elapsed_running,
     "broken-namespace": broken_namespace,
     "empty-component": empty_component,
+    "refused-names-count": refused_names_count,
 }
 """Every allowed difference, by the id docs/differences.md gives it."""
 
@@ -764,11 +797,14 @@ def test_instance_label_truncation(compared: Callable[[str], Compared]) -> None:
 
 
 def test_float_sentinel(compared: Callable[[str], Compared]) -> None:
-    """NaN in a SENTINEL file: no value from ours, "nan" from 6.0.3; in a plain file both
-    serve the NaN."""
+    """NaN in a SENTINEL file: no value from ours, and from C since 6.3.1 ("nan" before: the
+    documented difference); in a plain file both serve the NaN."""
     r = compared("own-sentinel")
     for metric in ("f", "d"):
-        assert values(r.c_info, f"mmv.sent.{metric}") == {"nan": "nan", "num": "2.5"}
+        assert values(r.c_info, f"mmv.sent.{metric}") in (
+            {"nan": "nan", "num": "2.5"},
+            {"num": "2.5"},
+        )
         assert values(r.ours_info, f"mmv.sent.{metric}") == {"num": "2.5"}
         assert values(r.ours_info, f"mmv.plain.{metric}") == {"nan": "nan", "num": "2.5"}
         assert values(r.c_info, f"mmv.plain.{metric}") == {"nan": "nan", "num": "2.5"}
@@ -789,8 +825,8 @@ def test_no_value_help(compared: Callable[[str], Compared]) -> None:
     """A metric on an empty indom has no value entry: 6.0.3 finds no help for it."""
     r = compared("own-help")
     c, ours = r.c_info["mmv.helps.on.empty"], r.ours_info["mmv.helps.on.empty"]
-    assert (c.oneline, c.help) == (BAD_PMID, BAD_PMID)
     assert (ours.oneline, ours.help) == ("on nothing", "no instances at all")
+    assert (c.oneline, c.help) in ((BAD_PMID, BAD_PMID), (ours.oneline, ours.help))  # 7.x: same
     assert c.values is None and ours.values is None
 
 
@@ -805,20 +841,18 @@ def test_indom_help(compared: Callable[[str], Compared]) -> None:
     """The file's indom texts; without a long text, libpcp shows the one-line text instead
     (its fallback for any missing long text)."""
     r = compared("own-help")
-    assert indom_help_of(r, "mmv.helps.on.one") == (
-        (NO_TEXT, NO_TEXT),
-        ("indom one-line", "indom long text\nsecond line"),
-    )
-    assert indom_help_of(r, "mmv.helps.on.two") == (
-        (NO_TEXT, NO_TEXT),
-        ("only a one-line", "only a one-line"),
-    )
+    c, ours = indom_help_of(r, "mmv.helps.on.one")
+    assert c in C_INDOM_HELP_ERRORS and ours == ("indom one-line", "indom long text\nsecond line")
+    c, ours = indom_help_of(r, "mmv.helps.on.two")
+    assert c in C_INDOM_HELP_ERRORS and ours == ("only a one-line", "only a one-line")
 
 
 def test_indom_without_help(compared: Callable[[str], Compared]) -> None:
-    """Indom help text the file does not have is absent (PM_ERR_TEXT), as a metric's is."""
+    """Indom help text the file does not have is absent (PM_ERR_TEXT), as a metric's is;
+    the C agent's answer is the same on 6.x (no difference shown) and PM_ERR_INDOM on 7.x."""
     r = compared("own-help")
-    assert indom_help_of(r, "mmv.helps.on.three") == (None, None)
+    c, ours = indom_help_of(r, "mmv.helps.on.three")
+    assert (c, ours) in ((None, None), ((BAD_INDOM, BAD_INDOM), (NO_TEXT, NO_TEXT)))
 
 
 def test_nosupport_fetch(compared: Callable[[str], Compared]) -> None:
@@ -858,6 +892,17 @@ def test_empty_component(compared: Callable[[str], Compared]) -> None:
         assert name in listed(r.c_tree) and name not in listed(r.ours_tree)
     for name in ("mmv.names.ok", "mmv.names.x.9lead"):
         assert values(r.ours_info, name) == values(r.c_info, name)
+
+
+def test_refused_names_count(compared: Callable[[str], Compared]) -> None:
+    """Where C has ``mmv.control.metrics`` (PCP 7), ours counts the 2 names it refuses less;
+    elsewhere the strict drop-in has no such metric, as C."""
+    r = compared("own-names")
+    if "mmv.control.metrics" not in r.c_info:
+        assert "mmv.control.metrics" not in r.ours_info
+        return
+    c, ours = values(r.c_info, "mmv.control.metrics"), values(r.ours_info, "mmv.control.metrics")
+    assert int(c[None]) - int(ours[None]) == 2
 
 
 # ---- regressions: bugs the comparison found, fixed ------------------------------------------
@@ -962,3 +1007,28 @@ def test_indom_numbers_survive_restarts_and_other_files(
     # restarted with both there: aaa's pair packs without loss and wins C's number
     assert numbered[0]["mmv.aaa.m"] == "70.3784477"
     assert numbered[0]["mmv.speedy.visits"] == f"70.{derived_indom('speedy', 3776285)}"
+
+
+def test_help_with_blank_lines_is_one_block() -> None:
+    """PCP 7.x's C agent: ``mmv.control.debug`` help has a blank line inside (``pminfo -T``
+    output of 7.2.2); once parsed as a new, nameless block."""
+    text = (
+        "mmv.control.debug [Debug options]\n"
+        "    Data Type: string  InDom: PM_INDOM_NULL 0xffffffff\n"
+        "Help:\n"
+        "See pmdbg(1).  pmstore into this metric to change the debug option(s)\n"
+        "\n"
+        "Note that if this PMDA is installed as a DSO agent, the debug options\n"
+        "are shared with pmcd(1)\n"
+        '    value ""\n'
+        "\n"
+        "mmv.control.files [Memory mapped file count]\n"
+        "    value 0\n"
+    )
+    blocks = parse_info(text)
+    assert list(blocks) == ["mmv.control.debug", "mmv.control.files"]
+    assert (blocks["mmv.control.debug"].help or "").split("\n")[1:3] == [
+        "",
+        "Note that if this PMDA is installed as a DSO agent, the debug options",
+    ]
+    assert blocks["mmv.control.debug"].values == {None: '""'}
