@@ -228,6 +228,23 @@ class Catalogue:
                 return False
         return True
 
+    def names_of(self, mf: MmvFile) -> list[str]:
+        """The full names ``mf``'s accepted metric entries ask for, in file order."""
+        stem = self._stem(mf)
+        return [f"{stem}.{m.name}" for m in mf.metrics]
+
+    def holder(self, name: str, cluster: int | None = None, item: int = -1) -> str | None:
+        """The served file a metric called ``name`` (at ``item`` of ``cluster``) lost to:
+        the file serving that PMID, that name, a leaf above it or a name below it."""
+        served = self.sources.get((cluster, item)) if cluster is not None else None
+        if served:
+            return served[0].file
+        for entry in self.files.values():
+            for m in entry.metrics:
+                if m.name == name or name.startswith(m.name + ".") or m.name.startswith(name + "."):
+                    return entry.name
+        return None
+
     def _stem(self, mf: MmvFile) -> str:
         return self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
 

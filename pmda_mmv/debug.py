@@ -100,16 +100,22 @@ def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
         say(out)
 
 
-def report(changes: Changes, out: TextIO) -> None:
+def report(changes: Changes, scanner: Scanner, out: TextIO) -> None:
+    """One line per file gone or served, with the agent's verdict (``ok`` or ``partial``,
+    as ``mmv.control.file.state`` and ``pmda-mmv check`` say)."""
     stamp = time.strftime("%H:%M:%S")
     for entry in changes.removed:
         say(out, f"{stamp} gone     {entry.mf.path}")
     for entry in changes.added:
         mf = entry.mf
+        state = scanner.states.get(entry.name)
+        verdict = state.state if state is not None else "?"
+        n = len(state.problems) if state is not None else 0
+        problems = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
         say(
             out,
             f"{stamp} served   {mf.path}: v{mf.header.version}, cluster {entry.cluster}, "
-            f"{len(entry.metrics)} metrics, {mf.value_count} values, {mf.status}",
+            f"{len(entry.metrics)} metrics, {mf.value_count} values, {verdict}{problems}",
         )
 
 
@@ -132,7 +138,7 @@ def main(argv: Sequence[str]) -> int:
 
     limited = LogLimit(log)
     scanner = Scanner(directory, Catalogue(log=limited), log=limited)
-    report(scanner.refresh(force=True), out)
+    report(scanner.refresh(force=True), scanner, out)
     if a.once:
         table(scanner.served(), a.domain, out)
         return 0
@@ -140,7 +146,7 @@ def main(argv: Sequence[str]) -> int:
     say(out, f"watching {directory}; Enter prints the table, q quits")
     while True:
         watcher.ensure()
-        report(scanner.refresh(), out)
+        report(scanner.refresh(), scanner, out)
         out.flush()
         ready, _, _ = select.select([sys.stdin], [], [], a.interval)
         if ready:

@@ -70,6 +70,15 @@ _FILES: Final = (
     "Memory mapped file count",
     "Count of currently mapped and exported statistics files.",
 )
+_STATUS_FILES: Final = (
+    "control.files",
+    c_api.PM_TYPE_32,
+    "Memory mapped file count",
+    "Count of files served (state ok or partial, see mmv.control.file.state); the C\n"
+    "pmdammv counts the files it mapped, refused ones too.",
+)
+"""``control.files`` with ``--status-metrics``: what it counts, in its own text (the strict
+drop-in keeps the C text, which PCP QA compares)."""
 _DEBUG_INT: Final = (
     "control.debug",
     c_api.PM_TYPE_32,
@@ -104,7 +113,7 @@ def control_metrics(status_metrics: bool) -> dict[int, ControlMetric]:
     """The control metrics by item: the C agent's of this PCP, plus ``control.metrics``
     with ``--status-metrics`` where C has none."""
     control = {RELOAD: _RELOAD, DEBUG: _DEBUG_STRING if debug_options() else _DEBUG_INT}
-    control[FILES] = _FILES
+    control[FILES] = _STATUS_FILES if status_metrics else _FILES
     if debug_options() or status_metrics:
         control[METRICS] = STATUS_METRICS
     return control

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
 from .pmidhash import PmidHashCount, locate
 from .ratelimit import LogLimit
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
-from .scanner import Changes, FileState, Scanner
+from .scanner import Changes, FileState, Scanner, parse_owners
 from .watcher import Watcher
 
 Values = dict[int, Any] | list[Any]
@@ -586,16 +585,10 @@ def parse_args(argv: Sequence[str]) -> Options:
 
 
 def _owners(p: argparse.ArgumentParser, spec: str | None) -> tuple[int, ...] | None:
-    if not spec:
-        return None
-    uids = []
-    for word in spec.split(","):
-        word = word.strip()
-        try:
-            uids.append(int(word) if word.isdigit() else pwd.getpwnam(word).pw_uid)
-        except KeyError:
-            p.error(f"--owners: unknown user {word!r}")
-    return tuple(uids)
+    try:
+        return parse_owners(spec)
+    except ValueError as e:
+        p.error(str(e))
 
 
 def main(argv: Sequence[str]) -> int:

@@ -761,6 +761,19 @@ class _Parser:
         return text
 
     def help(self, offset: int, where: str, at: int) -> str | None:
+        """Help text; a slot filled to its last byte with no NUL (as Speed writes) is served
+        as its first STRING_SIZE - 1 bytes, as the C agent does, and noted (partial)."""
+        inside = offset >= fmt.HEADER_SIZE and offset + fmt.STRING_SIZE <= self.size
+        raw = self.data[offset : offset + fmt.STRING_SIZE] if inside else b""
+        if raw and b"\0" not in raw:
+            self.mf.problem(
+                where,
+                at,
+                f"string at {offset} not NUL-terminated within {fmt.STRING_SIZE} bytes, "
+                f"served as its first {fmt.STRING_SIZE - 1} bytes (as the C agent)",
+                fmt.STRING_SIZE,
+            )
+            return _cstring(raw[:-1] + b"\0")
         return self.string(offset, where, at, optional=True)
 
     def indoms(self, toc: Toc) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
 import resource
 import select
 import stat
@@ -45,9 +46,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
-
-import psutil
+from typing import TYPE_CHECKING, Final
 
 from . import format as fmt
 from .catalogue import Catalogue, FileEntry, Log, remember
@@ -61,13 +60,38 @@ from .reader import (
     read_header,
 )
 
+if TYPE_CHECKING:
+    import psutil  # imported where used: check and debug need it only for PROCESS files
+
 OK: Final = "ok"
 PARTIAL: Final = "partial"
 NOT_READY: Final = "not-ready"
 NOT_READY_GRACE: Final = 1.0  # seconds a file may stay not ready before it is logged
 REFUSED: Final = "refused"
 EXITED: Final = "exited"
-"""States of a directory entry, as ``mmv.control.file.state`` reports them."""
+IGNORED: Final = "ignored"
+"""States of a directory entry, as ``mmv.control.file.state`` reports them (``ignored``
+entries, :func:`ignore_reason`, have no state: only ``pmda-mmv check`` lists them)."""
+
+
+def ignore_reason(name: str) -> str | None:
+    """Why the directory entry ``name`` is not even looked at, or None when it is."""
+    return "dot-file, ignored" if name.startswith(".") else None
+
+
+def parse_owners(spec: str | None) -> tuple[int, ...] | None:
+    """``--owners``: comma-separated user names or uids (None: any owner); raises
+    ValueError naming an unknown user."""
+    if not spec:
+        return None
+    uids = []
+    for word in (w.strip() for w in spec.split(",")):
+        try:
+            uids.append(int(word) if word.isdigit() else pwd.getpwnam(word).pw_uid)
+        except KeyError:
+            raise ValueError(f"--owners: unknown user {word!r}") from None
+    return tuple(uids)
+
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
@@ -100,6 +124,7 @@ class FileState:
     instance: int
     state: str = ""
     problems: list[str] = field(default_factory=list)
+    error: MmvError | None = None  # the reader's refusal (or not-ready), for check's fields
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)
     writer: Writer | None = None  # of the served entry, when it is a PROCESS file
@@ -350,7 +375,7 @@ class Scanner:
         self.rescans += 1
         self._directory_changed()
         try:
-            names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))
+            names = sorted(n for n in os.listdir(self.directory) if ignore_reason(n) is None)
             self._list_error = None
         except OSError as e:
             if e.strerror != self._list_error:  # once per new error, not per request
@@ -439,12 +464,14 @@ class Scanner:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
             self._set(state, NOT_READY, str(e), changes)
+            state.error = e
             head = self._peek(state, target, st)
             # kept only when it is itself not ready: it may be newer than what open() saw
             state.head = head if head is not None and _waits(target, head) else None
             return None
         except MmvError as e:
             self._set(state, REFUSED, str(e), changes)
+            state.error = e
             return None
         try:
             writer = self._writer(mf)
@@ -496,7 +523,28 @@ class Scanner:
             if self.catalogue.starved:
                 self._starved.add(state.name)
             return
+        asked = sum(t.count for t in mf.toc if t.type == fmt.TOC_METRICS)
+        if asked and not entry.metrics:  # nothing of it is served: say so, as a refusal
+            self.catalogue.remove(state.name)
+            mf.close()
+            if writer is not None:
+                writer.close()
+            for problem in mf.problems:
+                self.log(str(problem))  # the catalogue logged its own (entry.problems)
+            parts = _problems(mf, entry)
+            why = parts[-1].removeprefix(f"{mf.path}: ") if parts else "no metric entry read"
+            self._set(
+                state,
+                REFUSED,
+                f"{mf.path}: none of its {asked} metrics served ({why}), file not served",
+                changes,
+            )
+            state.problems = [printable(p) for p in parts] + state.problems
+            if entry.starved:
+                self._starved.add(state.name)
+            return
         state.entry = entry
+        state.error = None
         if writer is not None:
             self._watch(state, writer)
         if entry.starved:
@@ -505,7 +553,7 @@ class Scanner:
             self._starved.discard(state.name)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
-        problems = [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
+        problems = _problems(mf, entry)
         status = PARTIAL if problems else OK
         state.problems = [printable(p) for p in problems]
         state.state = status
@@ -518,6 +566,7 @@ class Scanner:
         self, state: FileState, new: str, problem: str, changes: Changes, logged: bool = False
     ) -> None:
         problem = printable(problem)
+        state.error = None
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         changed = state.state != new or state.last_problem != problem
@@ -576,6 +625,8 @@ class Scanner:
         pid = mf.header.process
         if not mf.header.process_flag or pid == 0:
             return None
+        import psutil
+
         writer = Writer(pid)
         try:
             if self._pidfd:
@@ -650,6 +701,12 @@ class _Skip(Exception):
         self.key = key
 
 
+def _problems(mf: MmvFile, entry: FileEntry) -> list[str]:
+    """What was skipped of a served file, one line each: the reader's, then the
+    catalogue's."""
+    return [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
+
+
 def _key(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid)
 
@@ -700,6 +757,8 @@ def _readable(fd: int) -> bool:
 
 def _running(writer: Writer) -> bool:
     """psutil's answer, for a writer no pidfd watches."""
+    import psutil
+
     try:
         return writer.process is not None and writer.process.is_running()
     except psutil.Error:

@@ -64,7 +64,7 @@ def test_check_json_statuses_and_problems(capsys: pytest.CaptureFixture[str], fi
     assert [r["file"] for r in results] == [str(p) for p in files.values()]
     assert [r["status"] for r in results] == list(files)
     for r in results:
-        assert set(r) == {"file", "status", "problems"}
+        assert set(r) == {"file", "status", "problems", "served", "cluster", "conflicts"}
         for p in r["problems"]:
             assert (
                 {"field", "offset", "message"} <= set(p) <= {"field", "offset", "message", "limit"}
@@ -94,7 +94,10 @@ def test_check_problems_are_the_readers(capsys: pytest.CaptureFixture[str], tmp_
     with MmvFile.open(str(path)) as mf:
         expected = [p.as_dict() for p in mf.problems]
     assert rc == 1 and len(expected) == 3
-    assert json.loads(out) == [{"file": str(path), "status": "partial", "problems": expected}]
+    [r] = json.loads(out)
+    assert (r["file"], r["status"], r["problems"]) == (str(path), "partial", expected)
+    assert r["cluster"] == 12 and r["conflicts"] == []
+    assert r["served"] == [f"mmv.many.{m.name}" for m in mf.metrics]
 
 
 def test_check_exit_zero_when_all_ok(capsys: pytest.CaptureFixture[str], files) -> None:
@@ -123,16 +126,30 @@ def test_check_text_shows_field_offset_and_message(capsys, tmp_path: Path) -> No
 
 
 def test_check_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every entry, in name order, as the agent judges it (issue 13)."""
     d = tmp_path / "mmv"
     d.mkdir()
     for name in ("b", "a", ".hidden", "c"):
         sample().write(d / name)
     (d / "sub").mkdir()
     (d / "link").symlink_to(d / "a")
+    (d / "away").symlink_to(tmp_path)
     os.mkfifo(d / "fifo")
     rc, out = main(capsys, "check", "--json", str(d))
-    assert rc == 0
-    assert [r["file"] for r in json.loads(out)] == [str(d / n) for n in ("a", "b", "c")]
+    assert rc == 1
+    got = {Path(r["file"]).name: (r["status"], r["problems"][-1]["message"] if r["problems"]
+           else "") for r in json.loads(out)}  # fmt: skip
+    assert list(got) == sorted(os.listdir(d))
+    assert got == {
+        ".hidden": ("ignored", "dot-file, ignored"),
+        "a": ("ok", ""),
+        "away": ("refused", "symlink out of the directory, not followed"),
+        "b": ("ok", ""),
+        "c": ("ok", ""),
+        "fifo": ("refused", "not a regular file (FIFO)"),
+        "link": ("ok", ""),  # a symlink to a file beside it is served under its own name
+        "sub": ("refused", "not a regular file (directory)"),
+    }
 
 
 def test_check_empty_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -827,25 +844,36 @@ def test_the_c_reference_serves_every_metric_we_accept(mmv_corpus: Path, corpus_
 
 
 def test_check_statuses_on_the_corpus(mmv_corpus: Path) -> None:
-    """Every real-writer file is accepted; only the two with an item over 1023 (which the
-    C reference drops too) and the non-ASCII metric name are partial."""
+    """Every real-writer file is accepted, as the agent judges it in its directory: the two
+    with an item over 1023 (which the C reference drops too), the non-ASCII metric name and
+    the two with a name that is a leaf and a non-leaf (``a.b``, ``a.b.c``) are partial; the
+    PROCESS files, whose writers have exited (but pid 1's), are exited."""
     proc = run_cli("check", "--json", *map(str, sorted(mmv_corpus.glob("*/mmv"))))
     results = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert len(results) == len(corpus_files(mmv_corpus))
-    partial = {
-        str(Path(r["file"]).relative_to(mmv_corpus)): [p["field"] for p in r["problems"]]
+    fields = {r["file"]: [p["field"] for p in r["problems"]] for r in results}
+    verdicts = {
+        str(Path(r["file"]).relative_to(mmv_corpus)): (r["status"], fields[r["file"]])
         for r in results
         if r["status"] != "ok"
     }
-    assert partial == {
-        "capi-items/mmv/items": ["metrics[2].item"],
-        "capi-v2-utf8-long/mmv/utf8long": ["metrics[1].name"],
-        "captured-large-parfait/mmv/large-parfait": ["metrics[253].item"],
+    exited = {}
+    for path in corpus_files(mmv_corpus):
+        head = fmt.HEADER.unpack(path.read_bytes()[: fmt.HEADER_SIZE])
+        flags, pid = head[5], head[6]
+        if flags & fmt.FLAG_PROCESS and pid not in (0, 1):
+            exited[str(path.relative_to(mmv_corpus))] = ("exited", ["header.process"])
+    assert len(exited) > 3
+    assert verdicts == {
+        "capi-items/mmv/items": ("partial", ["metrics[2].item"]),
+        "capi-name-clash/mmv/clash": ("partial", ["metrics"]),
+        "capi-v2-utf8-long/mmv/utf8long": ("partial", ["metrics[1].name"]),
+        "captured-large-parfait/mmv/large-parfait": ("partial", ["metrics[253].item", "metrics"]),
+        **exited,
     }
     for case, theirs in (("capi-items", "invalid item 1024"), ("capi-v2-utf8-long", "name")):
         assert theirs in (mmv_corpus / case / "pminfo.err").read_text(errors="replace")
-    assert {r["status"] for r in results} == {"ok", "partial"}
 
 
 # -- the C reference's defects: it serves these, we refuse them --------------------------------

@@ -654,7 +654,18 @@ def test_indom_help_not_nul_terminated(load: Loader) -> None:
     mf, image = load(b)
     p = only_problem(mf, "indoms[0].longhelp")
     assert p.offset == image.at("indoms", 0, "longhelp")
-    assert mf.indoms[3].longhelp is None and len(mf.indoms[3].instances) == 3
+    assert "served as its first 255 bytes" in p.message  # as the C agent (Speed writes such)
+    assert mf.indoms[3].longhelp == "h" * (fmt.STRING_SIZE - 1)
+    assert len(mf.indoms[3].instances) == 3 and mf.status == "partial"
+
+
+def test_metric_help_filling_its_slot_is_served_as_255_bytes(load: Loader) -> None:
+    b = sample()
+    b.metrics[0].shorthelp = b"s" * fmt.STRING_SIZE
+    mf, image = load(b)
+    p = only_problem(mf, "metrics[0].shorthelp")
+    assert p.offset == image.at("metrics", 0, "shorthelp") and p.limit == fmt.STRING_SIZE
+    assert mf.metrics[0].shorthelp == "s" * (fmt.STRING_SIZE - 1)
 
 
 # -- value rules ------------------------------------------------------------------------------
