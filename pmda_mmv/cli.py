@@ -16,7 +16,8 @@ EPILOG = """\
 commands:
   pmda     run as PCP's mmv agent under pmcd (what pmcd.conf starts; see pmda --help)
   debug    serve the directory standalone and print what the agent sees (no pmcd)
-  check    validate MMV files: ok, not-ready, partial or refused, with every problem
+  check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited or
+           ignored, with every problem and what decided
   dump     print every header field, TOC entry, indom, instance, metric, value and label
 
 Files are MMV files (mmv(5)) as written by libpcp_mmv, pcp.mmv, Parfait, Speed or Hornet

@@ -1,11 +1,13 @@
 """``pmda-mmv check`` and ``pmda-mmv dump``: inspect MMV files without pmcd.
 
-``check [--json] FILE|DIR...`` validates each file (every regular non-dot file of a
-directory, sorted) with :class:`pmda_mmv.reader.MmvFile` and reads every value once.  Each
-file gets a status: ``ok``, ``not-ready`` (generation 0 or in flux, or changed while read),
-``partial`` (some sections or entries skipped) or ``refused``; every problem is reported as
-field, byte offset and message.  ``--json`` prints a list of
-``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}]}``.
+``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
+file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
+directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
+skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer is gone) or
+``ignored`` (a dot-file), with every problem as field, byte offset and message.  ``--json``
+prints a list of ``{"file", "status", "problems": [{"field", "offset", "message"[,
+"limit"]}], "served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[,
+"why"]}]}``.
 
 ``dump [--json] FILE...`` prints every header field, TOC entry, indom, instance, metric,
 value, string and label the reader accepted, plus its problems: what PCP's ``mmvdump``
@@ -206,7 +208,7 @@ class Directory:
             if state.error is not None:
                 return doc(state.state, [state.error.as_dict()])
             problems = [_problem_doc(p, path) for p in state.problems]
-            return doc(state.state, problems, conflicts=self._lost(path))
+            return doc(state.state, problems, conflicts=self._lost(path)[: fmt.MAX_PROBLEMS])
         mf = entry.mf
         status = state.state
         try:
@@ -224,6 +226,7 @@ class Directory:
                 {"cluster": mf.header.cluster, "winner": holders[0] if holders else None}
             )
         conflicts += self._names_lost(mf, set(served), entry.cluster)
+        conflicts = conflicts[: fmt.MAX_PROBLEMS]  # bounded, as the problems
         return doc(status, problems, served=served, cluster=entry.cluster, conflicts=conflicts)
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
@@ -540,7 +543,8 @@ def render_check(result: Doc) -> list[str]:
     n = len(result["problems"])
     extra = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
     lines = [f"{result['file']}: {result['status']}{extra}", *_problem_lines(result["problems"])]
-    for c in result.get("conflicts", ())[: fmt.MAX_PROBLEMS]:
+    room = max(fmt.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
+    for c in result.get("conflicts", ())[:room]:
         what = c["name"] if "name" in c else f"cluster {c['cluster']}"
         lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
     return lines

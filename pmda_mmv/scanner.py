@@ -531,15 +531,9 @@ class Scanner:
                 writer.close()
             for problem in mf.problems:
                 self.log(str(problem))  # the catalogue logged its own (entry.problems)
-            parts = _problems(mf, entry)
-            why = parts[-1].removeprefix(f"{mf.path}: ") if parts else "no metric entry read"
-            self._set(
-                state,
-                REFUSED,
-                f"{mf.path}: none of its {asked} metrics served ({why}), file not served",
-                changes,
-            )
-            state.problems = [printable(p) for p in parts] + state.problems
+            why = f"{mf.path}: none of its {asked} metric entries served, file not served"
+            self._set(state, REFUSED, why, changes)
+            state.problems = [printable(p) for p in _problems(mf, entry)] + state.problems
             if entry.starved:
                 self._starved.add(state.name)
             return
