@@ -523,17 +523,18 @@ class Scanner:
             if self.catalogue.starved:
                 self._starved.add(state.name)
             return
-        asked = sum(t.count for t in mf.toc if t.type == fmt.TOC_METRICS)
-        if asked and not entry.metrics:  # nothing of it is served: say so, as a refusal
+        if not entry.metrics and any(t.type == fmt.TOC_METRICS and t.count for t in mf.toc):
+            # none of its metrics is served: refused, its last problem the reason (logged)
             self.catalogue.remove(state.name)
             mf.close()
             if writer is not None:
                 writer.close()
             for problem in mf.problems:
                 self.log(str(problem))  # the catalogue logged its own (entry.problems)
-            why = f"{mf.path}: none of its {asked} metric entries served, file not served"
-            self._set(state, REFUSED, why, changes)
-            state.problems = [printable(p) for p in _problems(mf, entry)] + state.problems
+            problems = [printable(p) for p in _problems(mf, entry)]
+            problems = problems or [f"{mf.path}: metrics: no metric entry served"]
+            self._set(state, REFUSED, problems[-1], changes, logged=True)
+            state.problems = problems
             if entry.starved:
                 self._starved.add(state.name)
             return

@@ -358,25 +358,25 @@ def test_label_pcp_rejects_is_explained(agent: Agent, scratch: Scratch, case: st
     assert '"ok":1' in labels
 
 
-CASCADES = {
-    "metrics_count_minus1": ("toc", fmt.TOC_METRICS, "count", 0xFFFFFFFF),
-    "metrics_past_end": ("toc", fmt.TOC_METRICS, "offset", 1 << 40),
-    "indoms_count_minus1": ("toc", fmt.TOC_INDOMS, "count", 0xFFFFFFFF),
-    "instance_bad_backref": ("instances", 1, "indom", 8),
-    "instance_duplicate_id": ("instances", 1, "internal", 0),
+CASCADES = {  # name: (section, index, field, value, state: refused when no metric is left)
+    "metrics_count_minus1": ("toc", fmt.TOC_METRICS, "count", 0xFFFFFFFF, "refused"),
+    "metrics_past_end": ("toc", fmt.TOC_METRICS, "offset", 1 << 40, "refused"),
+    "indoms_count_minus1": ("toc", fmt.TOC_INDOMS, "count", 0xFFFFFFFF, "partial"),
+    "instance_bad_backref": ("instances", 1, "indom", 8, "partial"),
+    "instance_duplicate_id": ("instances", 1, "internal", 0, "partial"),
 }
 
 
 @pytest.mark.parametrize("name", list(CASCADES))
 def test_one_defect_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -> None:
-    section, index, fname, value = CASCADES[name]
+    section, index, fname, value, state = CASCADES[name]
     img = image(sample(2))
     if section == "toc":
         index = img.toc_index[index]
     img.patch(section, index, fname, value)
     path = scratch.put(name, bytes(img.data))
     agent.assert_alive()
-    agent.assert_explained(path, "partial", f"{section}[{index}].")
+    agent.assert_explained(path, state, f"{section}[{index}].")
 
 
 def strings_file() -> mmvbuild.Image:

@@ -296,7 +296,9 @@ def test_check_json_names_the_file_that_won(tmp_path: Path) -> None:
     assert third["conflicts"] == [
         {"name": "mmv.control.x", "winner": None, "why": "mmv.control.x is reserved for the agent"}
     ]
-    assert "none of its 1 metric entries served" in third["problems"][-1]["message"]
+    assert third["problems"][-1]["message"] == (
+        "mmv.control.x is reserved for the agent, metric not served"
+    )
     # one file alone: judged with the others beside it
     [alone] = check_dir(tmp_path / "second")
     assert alone == second
