@@ -793,7 +793,8 @@ def test_noprefix_cannot_shadow(agent: Agent, scratch: Scratch, name: str) -> No
     agent.assert_alive()
     where = f"metrics at offset {b.build().at('metrics', 0)}: {reason}"
     assert all(where in line for line in agent.log_lines(path))
-    assert agent.status(name) == ("partial", f"{path}: {where}, metric not served")
+    # none of it served: refused (issue 13), the lost name the reason
+    assert agent.status(name) == ("refused", f"{path}: {where}, metric not served")
     assert (pmid(agent, GOOD), pmid(agent, "mmv.control.reload")) == before
     assert agent.probe("mmv.control.reload")["mmv.control.reload"] == "1 0"
     assert agent.pmcd.fetch("mmv.control.file.metrics")[name] == "0"
@@ -804,8 +805,7 @@ def test_catalogue_refusal_is_one_log_line(agent: Agent, scratch: Scratch, name:
     b = noprefix(25, "good.py.counter") if name == "dup_shadow" else one(cluster=25)
     path = scratch.put(name, b)
     agent.assert_alive()
-    state = "partial" if name == "dup_shadow" else "refused"
-    agent.assert_explained(path, state, "already served" if state == "partial" else "'-'")
+    agent.assert_explained(path, "refused", "already served" if name == "dup_shadow" else "'-'")
 
 
 def test_noprefix_file_serves_its_own_names(agent: Agent, scratch: Scratch) -> None:
