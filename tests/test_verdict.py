@@ -26,6 +26,7 @@ from pmda_mmv.reader import printable
 from tests import hostile, mmvbuild
 from tests.mmvbuild import Metric, MmvBuilder, Value, sample
 from tests.pmcd import VALUE_LINE, PrivatePmcd, make_dir, our_agent
+from tests.writers import reference
 
 DATA = Path(__file__).parent / "data"
 UID = os.getuid()
@@ -230,7 +231,9 @@ def test_check_says_what_the_agent_serves_for_every_corpus_file(
     assert set(verdicts) == {*PMCD_STATES, "ignored"}, verdicts  # every verdict was met
 
 
-def test_help_slot_without_nul_is_served_as_c_serves_it(private_pmcd, private_mmv_dir) -> None:
+def test_help_slot_without_nul_is_served_as_c_serves_it(
+    private_pmcd, private_mmv_dir: Path, c_reference: tuple[str, str]
+) -> None:
     """Speed fills a 256-byte help slot with no NUL: the agent serves its first 255 bytes,
     as the C agent does, and check, the log and the status metric call the file partial."""
     b = _single("m", cluster=40)
@@ -238,6 +241,13 @@ def test_help_slot_without_nul_is_served_as_c_serves_it(private_pmcd, private_mm
     b.write(private_mmv_dir / "speedy")
     pmcd = private_pmcd(our_agent(private_mmv_dir, "--status-metrics"))
     out = pmcd.run("pminfo", "-t", "mmv.speedy.m")
+    theirs = subprocess.run(
+        [c_reference[0], *reference.local_context(reference.write_pmns(private_mmv_dir.parent
+         / "pmns")), "-t", "mmv.speedy.m"],
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, PCP_TMP_DIR=str(private_mmv_dir.parent)),
+    )  # fmt: skip
+    assert out.stdout == theirs.stdout, (out.stdout, theirs.stdout, theirs.stderr)
     assert out.stdout.strip() == f"mmv.speedy.m [{'x' * (fmt.STRING_SIZE - 1)}]", out.stderr
     [r] = check_dir(private_mmv_dir)
     assert r["status"] == "partial" == served(pmcd).state["speedy"]
