@@ -1,6 +1,7 @@
 """``pmda-mmv debug``: the agent's view of a directory, without pmcd.
 
-Runs the same :class:`~.scanner.Scanner` and :class:`~.catalogue.Catalogue` as the agent and
+Runs the same :class:`~.scanner.Scanner` and :class:`~.catalogue.Catalogue` as the agent (with
+its ``--owners``, ``--prefix`` and ``--max-size``) and
 prints every file accepted, refused (with the reason), changed or gone as it happens.  Press
 Enter for the full table of names, descriptors, instances, help, labels and current values
 (what ``pminfo -dfTlt mmv`` would show), ``q`` then Enter to quit; ``--once`` prints the table
@@ -19,6 +20,7 @@ from typing import TextIO
 
 from . import format as fmt
 from .catalogue import Catalogue, FileEntry, ServedMetric
+from .inspect import add_agent_options, agent_options
 from .ratelimit import LogLimit
 from .reader import NO_VALUE, UNSUPPORTED, MmvError, printable
 from .scanner import Changes, Scanner
@@ -129,15 +131,24 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--once", action="store_true", help="scan once, print the table, exit")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between checks")
     p.add_argument("-d", "--domain", type=int, default=70, help="domain shown in PMIDs")
+    add_agent_options(p)
     a = p.parse_args(argv)
-    directory = a.dir or os.path.join(os.environ.get("PCP_TMP_DIR", "/var/lib/pcp/tmp"), "mmv")
+    options = agent_options(p, a)
+    tmp = os.environ.get("PCP_TMP_DIR", "/var/lib/pcp/tmp")
+    directory = a.dir or os.path.join(tmp, options.prefix)
     out = sys.stdout
 
     def log(line: str) -> None:
         say(out, f"{time.strftime('%H:%M:%S')} problem  {line}")
 
     limited = LogLimit(log)
-    scanner = Scanner(directory, Catalogue(log=limited), log=limited)
+    scanner = Scanner(
+        directory,
+        Catalogue(options.prefix, log=limited),
+        owners=options.owners,
+        max_size=options.max_size,
+        log=limited,
+    )
     report(scanner.refresh(force=True), scanner, out)
     if a.once:
         table(scanner.served(), a.domain, out)

@@ -691,26 +691,36 @@ def main(command: str, argv: Sequence[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     if command == "check":
-        parser.add_argument("--prefix", default="mmv", help="the agent's --prefix (default mmv)")
-        parser.add_argument(
-            "--owners", help="the agent's --owners: only files of these users are served"
-        )
-        parser.add_argument(
-            "--max-size",
-            type=int,
-            default=DEFAULT_MAX_SIZE // (1 << 20),
-            help="the agent's --max-size, in MiB (default 64)",
-        )
+        add_agent_options(parser)
     parser.add_argument("paths", nargs="+", metavar=what)
     try:
         ns = parser.parse_args(list(argv))
         if command != "check":
             return dump(ns.paths, ns.json, sys.stdout)
-        try:
-            owners = parse_owners(ns.owners)
-        except ValueError as e:
-            parser.error(str(e))
+        options = agent_options(parser, ns)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
         return e.code if isinstance(e.code, int) else 2
-    options = Options(ns.prefix, owners, ns.max_size << 20)
     return check(ns.paths, ns.json, sys.stdout, options)
+
+
+def add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The agent's options that decide what it serves, for ``check`` and ``debug``."""
+    parser.add_argument("--prefix", default="mmv", help="the agent's --prefix (default mmv)")
+    parser.add_argument(
+        "--owners", help="the agent's --owners: only files of these users are served"
+    )
+    parser.add_argument(
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE // (1 << 20),
+        help="the agent's --max-size, in MiB (default 64)",
+    )
+
+
+def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Options:
+    """:class:`Options` from :func:`add_agent_options`' arguments (a usage error exits)."""
+    try:
+        owners = parse_owners(ns.owners)
+    except ValueError as e:
+        parser.error(str(e))
+    return Options(ns.prefix, owners, ns.max_size << 20)

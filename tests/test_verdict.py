@@ -337,6 +337,19 @@ def test_check_owners_as_the_agent(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "unknown user" in bad.stderr
 
 
+def test_debug_takes_the_agents_options(tmp_path: Path) -> None:
+    """``debug --owners``: the same refusal as check and the agent."""
+    sample().write(tmp_path / "mine")
+    done = subprocess.run(
+        [sys.executable, "-m", "pmda_mmv", "debug", "--dir", str(tmp_path), "--once",
+         "--owners", str(UID + 1)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"problem  {tmp_path / 'mine'}: owner uid {UID} is not trusted" in done.stdout
+    assert " served " not in done.stdout
+
+
 def test_written_files_agree(tmp_path: Path) -> None:
     """A live pcp.mmv writer's file: ok in check, all its metrics served."""
     written = mmvbuild.write_pcp_mmv(tmp_path / "py")
