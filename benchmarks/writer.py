@@ -1,4 +1,5 @@
-"""The benchmark's MMV files, written by libpcp_mmv (its registry API, through ctypes).
+"""The benchmark's MMV files, written by libpcp_mmv (its registry API, through the tree's
+one binding, tests/writers/libpcp_mmv.py).
 
 A :class:`Shape` is ``metrics`` x ``instances`` values over one indom, as the C floor agent
 (``pmdafloor.c``) serves them: metric ``mNNN`` is item NNN, U64 counter when NNN is even,
@@ -11,14 +12,13 @@ distinct non-zero number: U64 ``expected_u64(j, i)``, DOUBLE ``expected_double(j
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import time
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pmda_mmv import format as fmt
+from tests.writers.libpcp_mmv import Mapping, Registry, library
 
 
 @dataclass(frozen=True)
@@ -57,33 +57,13 @@ def expected_double(j: int, i: int) -> float:
     return (j + 1) + i / 4.0
 
 
-class _Units(ctypes.Structure):
-    _fields_ = [("word", ctypes.c_uint32)]
-
-
-def _library() -> ctypes.CDLL:
-    lib = ctypes.CDLL(ctypes.util.find_library("pcp_mmv") or "libpcp_mmv.so.1", use_errno=True)
-    vp, cp, ci = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    signatures: dict[str, tuple[Any, list[Any]]] = {
-        "mmv_stats_registry": (vp, [cp, ci, ci]),
-        "mmv_stats_add_indom": (ci, [vp, ci, cp, cp]),
-        "mmv_stats_add_instance": (ci, [vp, ci, ci, cp]),
-        "mmv_stats_add_metric": (ci, [vp, cp, ci, ci, ci, _Units, ci, cp, cp]),
-        "mmv_stats_start": (vp, [vp]),
-        "mmv_stats_free": (None, [vp]),
-    }
-    for name, (res, args) in signatures.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    return lib
-
-
 class Writer:
-    """libpcp_mmv, loaded once.  :meth:`write` creates one complete file and returns the
-    time (``time.perf_counter``) at which the writer finished it."""
+    """libpcp_mmv (:mod:`tests.writers.libpcp_mmv`), loaded once.  :meth:`write` creates one
+    complete file and returns the time (``time.perf_counter``) at which the writer finished
+    it."""
 
     def __init__(self) -> None:
-        self.lib = _library()
+        self.lib = library()
 
     def write(self, path: Path, shape: Shape, fill: bool = True) -> float:
         """Write ``path`` (an absolute path: libpcp_mmv puts relative names under
@@ -91,55 +71,29 @@ class Writer:
         docstring).  The registry is freed afterwards: the file stays, complete."""
         if not path.is_absolute():
             raise ValueError(f"{path}: libpcp_mmv needs an absolute path here")
-        keep = [str(path).encode()]  # the registry keeps these pointers until it is freed
-
-        def text(s: str) -> bytes:
-            keep.append(s.encode())
-            return keep[-1]
-
-        lib = self.lib
-        reg = lib.mmv_stats_registry(keep[0], shape.cluster, 0)
-        if not reg:
-            raise OSError(ctypes.get_errno(), f"mmv_stats_registry {path}")
+        r = Registry(path, shape.cluster, lib=self.lib)
         try:
-            lib.mmv_stats_add_indom(reg, 1, text("benchmark instances"), None)
-            for i in range(shape.instances):
-                lib.mmv_stats_add_instance(reg, 1, i, text(f"i{i:05d}"))
+            r.indom(1, ((i, f"i{i:05d}") for i in range(shape.instances)), "benchmark instances")
             for j in range(shape.metrics):
                 sem = fmt.SEM_COUNTER if j % 2 == 0 else fmt.SEM_INSTANT
-                rc = lib.mmv_stats_add_metric(
-                    reg, text(f"m{j:03d}"), j, metric_type(j), sem, _Units(0), 1, None, None
-                )
-                if rc < 0:
-                    raise OSError(ctypes.get_errno(), f"mmv_stats_add_metric m{j:03d} {path}")
-            addr = lib.mmv_stats_start(reg)
-            if not addr:
-                raise OSError(ctypes.get_errno(), f"mmv_stats_start {path}")
+                r.metric(f"m{j:03d}", j, metric_type(j), sem, 0, 1)
+            r.start()
             done = time.perf_counter()
             if fill:
-                _fill(addr, shape)
+                _fill(r.started, shape)
             return done
         finally:
-            lib.mmv_stats_free(reg)
+            r.free()
 
 
-def _fill(addr: int, shape: Shape) -> None:
-    """Set every value through the writer's mapping at ``addr``.  libpcp_mmv lays the
-    VALUES section out metric by metric, instance by instance (mmv_stats.c mmv_init)."""
-    head = ctypes.string_at(addr, fmt.HEADER_SIZE)
-    tocs = fmt.HEADER.unpack(head)[4]
-    values_at = -1
-    for k in range(tocs):
-        raw = ctypes.string_at(addr + fmt.HEADER_SIZE + k * fmt.TOC_SIZE, fmt.TOC_SIZE)
-        ttype, count, offset = fmt.TOC.unpack(raw)
-        if ttype == fmt.TOC_VALUES:
-            if count != shape.values:
-                raise RuntimeError(f"libpcp_mmv wrote {count} values, expected {shape.values}")
-            values_at = offset
-    if values_at < 0:
-        raise RuntimeError("libpcp_mmv wrote no VALUES section")
+def _fill(mapping: Mapping, shape: Shape) -> None:
+    """Set every value through the writer's mapping.  libpcp_mmv lays the VALUES section
+    out metric by metric, instance by instance (mmv_stats.c mmv_init)."""
+    values_at, count = mapping.values_section()
+    if count != shape.values:
+        raise RuntimeError(f"libpcp_mmv wrote {count} values, expected {shape.values}")
     words = shape.values * fmt.VALUE_SIZE // 8
-    section = (ctypes.c_uint64 * words).from_address(addr + values_at)
+    section = (ctypes.c_uint64 * words).from_address(values_at)
     view = memoryview(section).cast("B").cast("Q")
     step = fmt.VALUE_SIZE // 8
     n = shape.instances

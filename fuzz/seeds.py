@@ -1,9 +1,9 @@
 """Write the seed corpus of the reader fuzzer into OUTDIR.
 
 Seeds: the byte builder's valid samples (tests/mmvbuild.sample, versions 1 to 3, with and
-without labels, NOPREFIX and SENTINEL) and the real writer files of
-``../shared/tools/mmv-corpus`` (libpcp_mmv, pcp.mmv, Parfait captures) up to ``--max-size``
-bytes, so that mutations start from files that pass the header checks.
+without labels, NOPREFIX and SENTINEL) and the files of the project's real-writer corpus
+(tests/writers: libpcp_mmv, pcp.mmv, PCP::MMV, the pcp-testsuite captures) up to
+``--max-size`` bytes, so that mutations start from files that pass the header checks.
 
     .venv/bin/python fuzz/seeds.py OUTDIR [--max-size BYTES]
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,8 +21,7 @@ sys.path.insert(0, str(CHECKOUT))
 
 from pmda_mmv import format as fmt  # noqa: E402
 from tests import mmvbuild  # noqa: E402
-
-MMV_CORPUS = CHECKOUT.parent / "shared" / "tools" / "mmv-corpus"
+from tests.writers.corpus import write_corpus  # noqa: E402
 
 
 def builder_seeds() -> dict[str, bytes]:
@@ -40,12 +38,9 @@ def builder_seeds() -> dict[str, bytes]:
 
 
 def writer_seeds(max_size: int) -> dict[str, bytes]:
-    if not MMV_CORPUS.exists():
-        print(f"{MMV_CORPUS} missing: builder seeds only", file=sys.stderr)
-        return {}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["/usr/bin/python3", str(MMV_CORPUS), tmp], check=True, capture_output=True)
+        write_corpus(Path(tmp), references=False)
         for path in sorted(Path(tmp).glob("*/mmv/*")):
             if path.is_file() and path.stat().st_size <= max_size:
                 out[f"{path.parent.parent.name}-{path.name}"] = path.read_bytes()

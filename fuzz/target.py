@@ -125,10 +125,11 @@ def _check_empty(cat: Catalogue) -> None:
         cat.files
         or cat.leaves
         or cat.interior
-        or cat.indom_pool
+        or cat.owners
         or cat.sources
         or cat.indom_sources
-        or cat.pool_keys
+        or cat.indom_keys
+        or cat.own_indoms
     ):
         raise Finding("catalogue not empty after every file was removed")
 

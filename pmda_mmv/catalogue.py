@@ -7,34 +7,44 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 * Cluster 0 is the agent's own.  A file's header cluster (1..4095) is honoured when no other
   served file holds it, or when the file agrees with the files holding it (same name and
   descriptor at every shared item: the processes of one application adding instances to
-  the same metrics, PCP QA 648); cluster 0, or a taken cluster, gets the lowest free
-  cluster not asked for by another file, with a warning when the file asked for it.  A file reloaded
-  under the same name keeps its cluster when it can, so PMIDs stay stable for archives.
+  the same metrics, PCP QA 648) and has the same owner (uid), so that a stranger cannot
+  join another user's cluster and indoms; cluster 0, or a taken cluster, gets the lowest
+  free cluster not asked for by another file, with a warning when the file asked for it.  A
+  file reloaded under the same name keeps its cluster when it can, so PMIDs stay stable for
+  archives.
 * Names are ``<prefix>.<file>.<metric>``, or ``<prefix>.<metric>`` for NOPREFIX files.  A name
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
   or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
   then files of one scan in name order.
-* A PCP indom serial is ``(cluster << 11) | serial`` as the reference builds it when cluster and
-  file serial are both below 2048; any other pair gets a serial from 1..2047 (cluster 0's space,
-  which files never use), so two indoms never alias.
+* PCP indom serials (22 bits) are chosen by :meth:`Catalogue.indom_serial`: the C agent's
+  number, ``((cluster << 11) | serial) & 0x3FFFFF``, whenever no other served indom holds it;
+  otherwise a number derived from the file name and serial (CRC-32, linear probing), which
+  does not depend on load order.  A derived number is remembered per (file name, serial),
+  as clusters are, so the indom keeps it when its writer restarts and while other files come
+  and go.  Files sharing a cluster share its indoms.  Within one scan, a pair that packs
+  without loss (cluster and serial below 2048) wins its number over a pair that overflows.
+* Refusals for want of a resource (no free cluster, no free indom serial) are retried when
+  one frees up: :attr:`Catalogue.freed` counts the releases.
 """
 
 from __future__ import annotations
 
-import json
+import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from . import format as fmt
-from .reader import Indom, Instance, Label, Metric, MmvFile, name_problem, printable
+from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
 PM_TYPE_64: Final = 2
 PM_SEM_COUNTER: Final = 1
 CONTROL_CLUSTER: Final = 0
-INDOM_POOL: Final = range(1, 2048)
-"""PCP indom serials handed to (cluster, serial) pairs that cannot be packed; 0 is the agent's."""
+INDOM_MASK: Final = fmt.MAX_SERIAL
+"""PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
+PROBES: Final = 4096
+"""Numbers tried after a derived indom serial before the indom is refused (retried later)."""
 
 REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
@@ -47,15 +57,32 @@ S = TypeVar("S")
 V = TypeVar("V")
 
 
-def remember(table: dict[str, V], name: str, value: V, present: Collection[str]) -> None:
-    """``table[name] = value`` as its newest entry; once more than REMEMBERED (+1/8) names
+def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> None:
+    """``table[key] = value`` as its newest entry; once more than REMEMBERED (+1/8) keys
     in ``table`` are not ``present``, the oldest of those are dropped, down to REMEMBERED."""
-    table.pop(name, None)
-    table[name] = value
+    table.pop(key, None)
+    table[key] = value
     if len(table) - len(present) > REMEMBERED * 9 // 8:
         departed = [n for n in table if n not in present]
         for old in departed[: len(departed) - REMEMBERED]:
             del table[old]
+
+
+def c_indom(cluster: int, serial: int) -> int:
+    """The C agent's PCP indom serial for a file indom: ``(cluster << 11) | serial`` in 22
+    bits (pmdammv-reference.md 5.3); pairs with a cluster or serial of 2048 or more alias."""
+    return ((cluster << 11) | serial) & INDOM_MASK
+
+
+def packs(cluster: int, serial: int) -> bool:
+    """Whether ``c_indom`` packs the pair without loss (no other such pair has its number)."""
+    return cluster < 2048 and serial < 2048
+
+
+def derived_indom(name: str, serial: int) -> int:
+    """Where the search for a number of its own starts for indom ``serial`` of file
+    ``name``: the same for the same file and serial in every agent process (1..INDOM_MASK)."""
+    return zlib.crc32(f"{name}\0{serial}".encode("utf-8", "surrogateescape")) % INDOM_MASK + 1
 
 
 @dataclass(slots=True)
@@ -119,6 +146,7 @@ class FileEntry:
     labels: str = ""
     notes: str = ""
     problems: list[str] = field(default_factory=list)
+    starved: bool = False  # some indom got no PCP serial: retried when serials free up
 
     @property
     def name(self) -> str:
@@ -140,12 +168,16 @@ class Catalogue:
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
         self.refusal = ""  # why the last add() returned None
+        self.starved = False  # whether it returned None for want of a cluster
+        self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
+        self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
         self.leaves: set[str] = set()
         self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
-        self.indom_pool: set[int] = set()  # pool serials in use
-        self.pool_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> pool
+        self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         self.last_cluster: dict[str, int] = {}
+        self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
+        self.own_indoms: set[tuple[str, int]] = set()  # served keys of last_indom
         # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
         # of every file serving it, in file-name order; the first one describes it.
         self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
@@ -153,13 +185,10 @@ class Catalogue:
 
     # -- clusters
 
-    def clusters(self) -> dict[int, FileEntry]:
-        return {e.cluster: e for e in self.files.values()}
-
     def choose_cluster(self, mf: MmvFile, requested: set[int]) -> int | None:
         """The cluster for ``mf``: see the module rules; ``requested`` holds clusters other
         files in the directory ask for.  None when all 4095 are taken."""
-        taken = {e.cluster for e in self.files.values()}
+        taken = self.owners
         want = mf.header.cluster or self.last_cluster.get(mf.name, 0)
         if want and want not in taken:
             return want
@@ -183,9 +212,11 @@ class Catalogue:
     def shareable(self, mf: MmvFile, cluster: int) -> bool:
         """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
         one application do when each adds its instances to the same metrics (PCP QA 648):
-        every metric of ``mf`` is either the one the cluster serves at that item (same name,
-        type, semantics, units and file indom serial) or new, at a free item, under a name
-        not served elsewhere."""
+        the files have the same owner, and every metric of ``mf`` is either the one the
+        cluster serves at that item (same name, type, semantics, units and file indom
+        serial) or new, at a free item, under a name not served elsewhere."""
+        if self.owners[cluster][0] != mf.uid:
+            return False
         stem = self._stem(mf)
         for metric in mf.metrics:
             name = f"{stem}.{metric.name}"
@@ -247,26 +278,49 @@ class Catalogue:
 
     # -- indoms
 
-    def _indom_serial(self, cluster: int, serial: int) -> int | None:
-        if cluster < 2048 and serial < 2048:
-            return (cluster << 11) | serial
-        if (cluster, serial) in self.pool_keys:  # a file sharing the cluster
-            return self.pool_keys[(cluster, serial)]
-        for s in INDOM_POOL:
-            if s not in self.indom_pool:
-                self.indom_pool.add(s)
-                self.pool_keys[(cluster, serial)] = s
-                return s
+    def wanted_indoms(self, files: Iterable[MmvFile]) -> set[int]:
+        """The C numbers that the lossless (cluster, serial) pairs of ``files`` (one scan's,
+        with their header clusters) ask for: overflowing pairs and derived numbers leave
+        them free."""
+        return {
+            c_indom(mf.header.cluster, s)
+            for mf in files
+            for s in mf.indoms
+            if mf.header.cluster and packs(mf.header.cluster, s)
+        }
+
+    def indom_serial(self, name: str, cluster: int, serial: int, wanted: set[int]) -> int | None:
+        """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
+        the module rules), or None when none is free near its derived number."""
+        shared = self.indom_keys.get((cluster, serial))
+        if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
+            return shared
+        used = self.indom_sources
+        own = self.last_indom.get((name, serial))
+        if own is not None and own not in used:
+            return own
+        number = c_indom(cluster, serial)
+        if number and number not in used and (packs(cluster, serial) or number not in wanted):
+            return number
+        start = derived_indom(name, serial) - 1
+        for k in range(PROBES):
+            number = (start + k) % INDOM_MASK + 1
+            if number not in used and number not in wanted:
+                return number
         return None
 
     # -- files
 
-    def add(self, mf: MmvFile, requested: set[int] | None = None) -> FileEntry | None:
+    def add(
+        self, mf: MmvFile, requested: set[int] | None = None, wanted: set[int] | None = None
+    ) -> FileEntry | None:
         """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
         its name is not a valid name component or no cluster is free (logged once, and kept
-        in :attr:`refusal`)."""
+        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters other files
+        of the scan ask for; ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
         if mf.name in self.files:
             self.remove(mf.name)
+        self.starved = False
         why = name_problem(mf.name)
         if why and not mf.header.noprefix:
             return self._refuse_file(
@@ -275,13 +329,18 @@ class Catalogue:
             )
         cluster = self.choose_cluster(mf, requested or set())
         if cluster is None:
+            self.starved = True
             return self._refuse_file(
                 f"{mf.path}: header.cluster at offset 36: no free cluster, file not served"
             )
         entry = FileEntry(mf, cluster)
-        self._add_indoms(entry)
+        uid, count = self.owners.get(cluster, (mf.uid, 0))
+        self.owners[cluster] = (uid, count + 1)
+        self._add_indoms(entry, wanted or set())
         self._add_metrics(entry)
-        entry.labels, entry.notes = _merge(lb for lb in mf.labels if lb.kind == fmt.LABEL_CLUSTER)
+        entry.labels, entry.notes = merge_labels(
+            mf.labels_for(fmt.LABEL_CLUSTER, mf.header.cluster)
+        )
         self.files[mf.name] = entry
         remember(self.last_cluster, mf.name, cluster, self.files)
         return entry
@@ -297,34 +356,40 @@ class Catalogue:
         entry = self.files.pop(name, None)
         if entry is None:
             return None
+        uid, count = self.owners[entry.cluster]
+        if count > 1:
+            self.owners[entry.cluster] = (uid, count - 1)
+        else:
+            del self.owners[entry.cluster]
+            self.freed += 1
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):
                 self._release(m.name)
         for serial, si in entry.indoms.items():
+            self.own_indoms.discard((name, serial))
             if not _unlink(self.indom_sources, si.serial, si):
-                self.indom_pool.discard(si.serial)
-                self.pool_keys.pop((entry.cluster, serial), None)
+                del self.indom_keys[(entry.cluster, serial)]
+                self.freed += 1
         return entry
 
-    def _add_indoms(self, entry: FileEntry) -> None:
+    def _add_indoms(self, entry: FileEntry, wanted: set[int]) -> None:
         mf = entry.mf
         for serial, indom in mf.indoms.items():
-            pcp_serial = self._indom_serial(entry.cluster, serial)
+            pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted)
             if pcp_serial is None:
+                entry.starved = True
                 self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
                 continue
+            self.indom_keys[(entry.cluster, serial)] = pcp_serial
+            if pcp_serial != c_indom(entry.cluster, serial):
+                self.own_indoms.add((mf.name, serial))
+                remember(self.last_indom, (mf.name, serial), pcp_serial, self.own_indoms)
+            else:
+                self.last_indom.pop((mf.name, serial), None)
             si = ServedIndom(pcp_serial, indom, file=mf.name)
-            si.labels, si.notes = _merge(
-                lb for lb in mf.labels if lb.kind == fmt.LABEL_INDOM and lb.identity == serial
-            )
+            si.labels, si.notes = merge_labels(mf.labels_for(fmt.LABEL_INDOM, serial))
             for inst in indom.instances:
-                pair = _merge(
-                    lb
-                    for lb in mf.labels
-                    if lb.kind == fmt.LABEL_INSTANCES
-                    and lb.identity == serial
-                    and lb.internal == inst.internal
-                )
+                pair = merge_labels(mf.labels_for(fmt.LABEL_INSTANCES, serial, inst.internal))
                 if pair != ("", ""):
                     si.instance_labels[inst.internal] = pair
             entry.indoms[serial] = si
@@ -353,9 +418,7 @@ class Catalogue:
                 self._claim(name)
             served = _served_metric(name, entry.cluster, metric, indom)
             served.file = mf.name
-            served.labels, served.notes = _merge(
-                lb for lb in mf.labels if lb.kind == fmt.LABEL_ITEM and lb.identity == metric.item
-            )
+            served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))
             entry.metrics.append(served)
             _link(self.sources, (entry.cluster, metric.item), served)
 
@@ -398,42 +461,3 @@ def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None
         )
     sem = m.semantics or PM_SEM_COUNTER
     return ServedMetric(name, cluster, m.item, m.type, sem, m.dimension, indom, m)
-
-
-def _merge(labels: Iterable[Label]) -> tuple[str, str]:
-    """Merge label payloads in file order (later names override, maps merge) into
-    (labels, notes) JSON object texts, split by the on-disk OPTIONAL flag; "" for none.
-    Numbers keep the writer's spelling (``-1.5e3`` stays so); text is not re-escaped."""
-    required: dict[str, object] = {}
-    optional: dict[str, object] = {}
-    for lb in labels:
-        target = optional if lb.optional else required
-        _deep_update(target, json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
-    return (_dump(required) if required else "", _dump(optional) if optional else "")
-
-
-def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:
-    """Merge ``new`` into ``target`` as PCP merges label sets: maps merge name by name
-    (``{"m":{"a":1}}`` then ``{"m":{"b":2}}`` gives ``m.a`` and ``m.b``), anything else
-    is replaced."""
-    for name, value in new.items():
-        old = target.get(name)
-        if isinstance(old, dict) and isinstance(value, dict):
-            _deep_update(old, value)
-        else:
-            target[name] = value
-
-
-class _Raw(str):
-    """A JSON number token, kept as written."""
-
-
-def _dump(value: object) -> str:
-    if isinstance(value, _Raw):
-        return str(value)
-    if isinstance(value, dict):
-        items = (f"{json.dumps(k, ensure_ascii=False)}:{_dump(v)}" for k, v in value.items())
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_dump(v) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=False)

@@ -19,7 +19,8 @@ from typing import TextIO
 
 from . import format as fmt
 from .catalogue import Catalogue, FileEntry, ServedMetric
-from .reader import NO_VALUE, UNSUPPORTED, MmvError
+from .ratelimit import LogLimit
+from .reader import NO_VALUE, UNSUPPORTED, MmvError, printable
 from .scanner import Changes, Scanner
 from .watcher import Watcher
 
@@ -48,7 +49,13 @@ def units_text(word: int) -> str:
         return "none" if not any(fields) else "dims/scales " + " ".join(map(str, fields))
 
 
-def describe(sm: ServedMetric, domain: int) -> str:
+def say(out: TextIO, line: str = "") -> None:
+    """Print one line made terminal-safe (:func:`~.reader.printable`): names, help text and
+    labels come from files anyone can write."""
+    print(printable(line), file=out, flush=True)
+
+
+def describe(sm: ServedMetric, domain: int) -> list[str]:
     """One metric as lines: name, PMID, descriptor, help, labels."""
     indom = f"{domain}.{sm.indom.serial}" if sm.indom else "PM_INDOM_NULL"
     lines = [
@@ -62,7 +69,7 @@ def describe(sm: ServedMetric, domain: int) -> str:
     labels = ",".join(x[1:-1] for x in (sm.labels, sm.notes) if x)
     if labels:
         lines.append(f"    labels {{{labels}}}")
-    return "\n".join(lines)
+    return lines
 
 
 def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
@@ -71,40 +78,38 @@ def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
         try:
             snap = entry.mf.snapshot()
         except MmvError as e:
-            print(f"# {entry.name}: {e}", file=out)
+            say(out, f"# {entry.name}: {e}")
             continue
-        print(
-            f"# {entry.mf.path}: cluster {entry.cluster}, version {entry.mf.header.version}",
-            file=out,
-        )
+        say(out, f"# {entry.mf.path}: cluster {entry.cluster}, version {entry.mf.header.version}")
         for sm in entry.metrics:
-            print(describe(sm, domain), file=out)
+            for line in describe(sm, domain):
+                say(out, line)
             decode = entry.mf.decoder(sm.metric.type)
             insts = sm.indom.indom.instances if sm.indom else [None]
             for pos, slot in enumerate(sm.metric.slots):
                 inst = insts[pos]
                 where = f"inst [{inst.internal} or {inst.external!r}] " if inst else ""
                 if slot < 0:
-                    print(f"    {where}no value", file=out)
+                    say(out, f"    {where}no value")
                     continue
                 value = decode(snap, slot)
                 shown = {NO_VALUE: "no value (sentinel)", UNSUPPORTED: "not supported"}.get(
                     value, repr(value)
                 )  # type: ignore[call-overload]
-                print(f"    {where}value {shown}", file=out)
-        print(file=out)
+                say(out, f"    {where}value {shown}")
+        say(out)
 
 
 def report(changes: Changes, out: TextIO) -> None:
     stamp = time.strftime("%H:%M:%S")
     for entry in changes.removed:
-        print(f"{stamp} gone     {entry.mf.path}", file=out)
+        say(out, f"{stamp} gone     {entry.mf.path}")
     for entry in changes.added:
         mf = entry.mf
-        print(
+        say(
+            out,
             f"{stamp} served   {mf.path}: v{mf.header.version}, cluster {entry.cluster}, "
             f"{len(entry.metrics)} metrics, {mf.value_count} values, {mf.status}",
-            file=out,
         )
 
 
@@ -123,15 +128,16 @@ def main(argv: Sequence[str]) -> int:
     out = sys.stdout
 
     def log(line: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} problem  {line}", file=out, flush=True)
+        say(out, f"{time.strftime('%H:%M:%S')} problem  {line}")
 
-    scanner = Scanner(directory, Catalogue(log=log), log=log)
+    limited = LogLimit(log)
+    scanner = Scanner(directory, Catalogue(log=limited), log=limited)
     report(scanner.refresh(force=True), out)
     if a.once:
         table(scanner.served(), a.domain, out)
         return 0
     watcher = Watcher(directory, scanner.mark_dirty)
-    print(f"watching {directory}; Enter prints the table, q quits", file=out, flush=True)
+    say(out, f"watching {directory}; Enter prints the table, q quits")
     while True:
         watcher.ensure()
         report(scanner.refresh(), out)

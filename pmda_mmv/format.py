@@ -175,6 +175,17 @@ MAX_CLUSTER: Final = 4095  # 12-bit PMID cluster
 MAX_SERIAL: Final = (1 << 22) - 1  # 22-bit pmInDom serial; also an INDOMS count limit
 MAX_LABELS: Final = 255  # count limit of a LABELS section
 
+# -- limits of ours (bounded work per file) ------------------------------------------------
+MAX_TOCS: Final = 1024
+"""TOC entries accepted in one file; libpcp_mmv writes at most 6, other writers as few.
+More refuse the file (header.tocs), so no file makes its validation cost grow without end."""
+MAX_PROBLEMS: Final = 32
+"""Problems recorded (and logged) per file load: the first ones, then one summary line
+with the count of the others."""
+
+# -- limits of libpcp (labels.c: a label set it accepts) -----------------------------------
+PM_MAXLABELS: Final = 255  # pmapi.h; libpcp refuses a set of this many labels or more
+
 # -- pmUnits word (native bitfields; little-endian bit positions) -------------------------
 
 
@@ -216,3 +227,23 @@ def units_word(
 
 UNITS_ELAPSED: Final = units_word(dim_time=1, scale_time=1)
 """ELAPSED metrics are served in microseconds (dimTime=1, scaleTime=PM_TIME_USEC)."""
+
+# -- generation numbers --------------------------------------------------------------------
+
+TIME_SINCE: Final = 946684800  # 2000-01-01: no MMV file was written before
+TIME_AHEAD: Final = 86400  # clocks may disagree by this much
+
+
+def generation_time(g1: int, now: float) -> float | None:
+    """When a file was created, read from its generation number, or None when the number
+    is not a time.  Writers disagree on the encoding, so it is decided by plausibility (a
+    time since 2000, at most a day after ``now``): libpcp_mmv (C, python3-pcp, Perl) writes
+    ``(tv_sec << 32) | tv_usec`` (microseconds below 10**6), Speed, Parfait and Hornet plain
+    Unix seconds; anything else (a counter) is no time.  The two readings cannot both be
+    plausible: the first is above 4 * 10**18."""
+    seconds, usec = g1 >> 32, g1 & 0xFFFFFFFF
+    if TIME_SINCE <= seconds <= now + TIME_AHEAD and usec < 1_000_000:
+        return seconds + usec / 1e6
+    if TIME_SINCE <= g1 <= now + TIME_AHEAD:
+        return float(g1)
+    return None

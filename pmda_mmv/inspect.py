@@ -11,6 +11,10 @@ field, byte offset and message.  ``--json`` prints a list of
 value, string and label the reader accepted, plus its problems: what PCP's ``mmvdump``
 shows.  ``--json`` prints one list with one object per file (see :func:`describe`).
 
+Both are bounded and terminal-safe: at most ``format.MAX_PROBLEMS`` problems per file are
+listed (then one line counting the others), and every control and bidirectional character
+of a name, help text or label is escaped (:func:`~.reader.printable`; ``\\uXXXX`` in JSON).
+
 Exit status of both: 0 when every file is ``ok``, 1 when any is not, 2 on a usage error.
 Units are formatted as PCP's ``pmUnitsStr(3)`` does, through python3-pcp when it is
 installed and with :func:`format_units` otherwise, so neither command needs python3-pcp.
@@ -26,12 +30,22 @@ import os
 import stat
 import struct
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from . import format as fmt
-from .reader import NO_VALUE, UNSUPPORTED, Changed, MmvError, MmvFile, NotReady, Snapshot
+from .reader import (
+    NO_VALUE,
+    UNSUPPORTED,
+    Changed,
+    MmvError,
+    MmvFile,
+    NotReady,
+    Snapshot,
+    printable,
+)
 
 Doc = dict[str, Any]
 
@@ -67,10 +81,12 @@ _SPACE = ("byte", "Kbyte", "Mbyte", "Gbyte", "Tbyte", "Pbyte", "Ebyte", "Zbyte",
 _TIME = ("nanosec", "microsec", "millisec", "sec", "min", "hour")
 
 
-def format_units(word: int) -> str:
-    """A pmUnits word (the MMV metric ``dimension`` field) as PCP 6's ``pmUnitsStr(3)``
-    prints it, e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.
-    The low 8 bits (pad; PCP 7 extraUnit/extraScale) are ignored as PCP 6 does."""
+def format_units(word: int, count_scale_named: bool = True) -> str:
+    """A pmUnits word (the MMV metric ``dimension`` field) as ``pmUnitsStr(3)`` prints it,
+    e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.  A count scale
+    without dimensions is ``"count x 10^6"`` as in PCP 7 (``count_scale_named``), ``"x
+    10^6"`` as in PCP 6.  The low 8 bits (pad; PCP 7.2's extraUnit/extraScale) are
+    ignored, as PCP 6 does."""
     dspace, dtime, dcount, sspace, stime, scount = fmt.units_fields(word)
     space = _SPACE[sspace] if sspace < len(_SPACE) else f"space-{sspace}"
     time_ = _TIME[stime] if stime < len(_TIME) else f"time-{stime}"
@@ -85,7 +101,8 @@ def format_units(word: int) -> str:
     text = " ".join(up + (["/", *down] if down else []))
     if text:
         return text
-    return {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
+    alone = {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
+    return f"count {alone}" if alone and count_scale_named else alone
 
 
 @functools.cache
@@ -215,15 +232,11 @@ def _header_doc(
 
 
 def _created(g1: int) -> str | None:
-    """libpcp_mmv's g1 is ``(tv_sec << 32) | tv_usec``; other writers count generations."""
-    usec = g1 & 0xFFFFFFFF
-    if g1 >> 32 == 0 or usec >= 1_000_000:
+    """The creation time g1 encodes (:func:`~.format.generation_time`), or None."""
+    seconds = fmt.generation_time(g1, time.time())
+    if seconds is None:
         return None
-    try:
-        when = datetime.fromtimestamp((g1 >> 32) + usec / 1e6, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
-    return when.isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
 
 
 def _raw_header(path: str) -> Doc | None:
@@ -347,14 +360,9 @@ def _values(mf: MmvFile, snap: Snapshot) -> list[Doc]:
 
 def _strings(mf: MmvFile) -> list[Doc]:
     """Entries of every STRINGS section that lies inside the file and was not rejected."""
-    first = fmt.HEADER_SIZE + mf.header.tocs * fmt.TOC_SIZE
-    rejected = {p.field.split(".")[0] for p in mf.problems}
     out = []
-    for t in mf.toc:
-        end = t.offset + t.count * fmt.STRING_SIZE
-        if t.type != fmt.TOC_STRINGS or f"toc[{t.index}]" in rejected:
-            continue
-        if t.offset < first or end > mf.size:
+    for t in mf.sections:  # accepted: inside the data area, no overlap
+        if t.type != fmt.TOC_STRINGS:
             continue
         for k in range(t.count):
             at = t.offset + k * fmt.STRING_SIZE
@@ -491,25 +499,18 @@ def _render_dump(doc: Doc) -> list[str]:
 
 
 def _json(obj: object) -> str:
-    """JSON text; ``\\uXXXX`` escapes only when a name holds bytes that are not UTF-8."""
+    """JSON text; ``\\uXXXX`` escapes only when a string holds a character a terminal
+    would act on (see :func:`~.reader.printable`) or bytes that are not UTF-8."""
     text = json.dumps(obj, indent=1, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+    if printable(text.replace("\n", " ")) != text.replace("\n", " "):
         text = json.dumps(obj, indent=1)
     return text
 
 
-def _write(out: TextIO, text: str) -> None:
-    """Write ``text``; bytes of instance names that are not UTF-8 go out as they are in the
-    file (as mmvdump prints them)."""
-    buffer = getattr(out, "buffer", None)
-    if buffer is None:
-        out.write(text)
-        return
-    out.flush()
-    buffer.write(text.encode("utf-8", "surrogateescape"))
-    buffer.flush()
+def _write(out: TextIO, lines: Iterable[str]) -> None:
+    """Write ``lines``, each made terminal-safe by :func:`~.reader.printable` (control and
+    bidirectional characters, and bytes of names that are not UTF-8, escaped)."""
+    out.write("".join(printable(line) + "\n" for line in lines))
 
 
 def _exit_status(results: Sequence[Doc]) -> int:
@@ -524,7 +525,7 @@ def check(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
         out.write(_json(results) + "\n")
     else:
         for r in results:
-            _write(out, "\n".join(render_check(r)) + "\n")
+            _write(out, render_check(r))
     return _exit_status(results)
 
 
@@ -534,7 +535,10 @@ def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     if as_json:
         out.write(_json(docs) + "\n")
     else:
-        _write(out, "\n\n".join("\n".join(_render_dump(d)) for d in docs) + "\n")
+        _write(
+            out,
+            [line for k, d in enumerate(docs) for line in ([""] if k else []) + _render_dump(d)],
+        )
     return _exit_status(docs)
 
 

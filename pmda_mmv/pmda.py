@@ -23,8 +23,10 @@ from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
 from . import format as fmt
+from . import pcpcompat
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
 from .pmidhash import PmidHashCount, locate
+from .ratelimit import LogLimit
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
 from .scanner import Changes, FileState, Scanner
 from .watcher import Watcher
@@ -41,30 +43,12 @@ SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
 HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 
-# The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
-RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
-CONTROL: Final = {
-    RELOAD: (
-        "control.reload",
-        "Control maps reloading",
-        "Writing anything other then 0 to this metric will result in\n"
-        "re-reading directory and re-mapping files.",
-    ),
-    DEBUG: (
-        "control.debug",
-        "Debug flag",
-        "See pmdbg(1).  pmstore into this metric to change the debug value.",
-    ),
-    FILES: (
-        "control.files",
-        "Memory mapped file count",
-        "Count of currently mapped and exported statistics files.",
-    ),
-}
-STATUS_METRICS: Final = (
-    "control.metrics",
-    "Memory mapped metric count",
-    "Count of currently exported metrics, excluding the control metrics.",
+# The agent's own metrics (cluster 0): the C agent's of the installed PCP (pcpcompat).
+RELOAD, DEBUG, FILES, METRICS = (
+    pcpcompat.RELOAD,
+    pcpcompat.DEBUG,
+    pcpcompat.FILES,
+    pcpcompat.METRICS,
 )
 # Per-file status (--status-metrics): item -> (name, PM_TYPE, oneline, reader of FileState).
 FILE_STATUS: Final[dict[int, tuple[str, int, str, Callable[[FileState], object]]]] = {
@@ -139,6 +123,7 @@ class Options:
     polling: bool = False
     notready: bool = False
     max_size: int = DEFAULT_MAX_SIZE
+    pmid_hash_reset: bool = True
 
 
 def _units(word: int) -> pmUnits:
@@ -155,12 +140,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         directory = opts.directory or os.path.join(
             pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
         )
-        self.catalogue = Catalogue(opts.prefix, log=self.err)
+        self.file_log = LogLimit(self.err)  # one limiter for every line about a file
+        self.catalogue = Catalogue(opts.prefix, log=self.file_log)
         self.scanner = Scanner(
-            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.err
+            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.file_log
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
-        self.debug_value = 0
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.tables: dict[int, Table] = {}  # (cluster << 10) | item -> table builder
         self.results: dict[int, dict[int, Values]] = {}  # this fetch's: cluster -> item -> values
@@ -170,7 +155,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
-        self.pmid_hash = locate(opts.domain, cpmda.__file__)
+        self.pmid_hash = self._locate_pmid_hash()
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
@@ -184,7 +169,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def log_line(self, line: str) -> None:
         """One line in the agent's log (pmNotifyErr at LOG_ERR), made printable."""
-        self.err(printable(line))
+        self.file_log(printable(line))
 
     # -- startup
 
@@ -195,6 +180,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         agent reports ready after its first scan, however long that takes; dbpmda and plain
         ``pipe binary`` lines must not get that report."""
         self.connect_pmcd()
+        if self.opts.debug and pcpcompat.set_debug(self.opts.debug):
+            self.log_line(f"-D {self.opts.debug}: not debug options libpcp accepts (pmdbg -l)")
         if isinstance(self.pmid_hash, str):
             self.log_line(f"PMID hash node count not found ({self.pmid_hash}): {HASH_NOTE}")
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
@@ -219,25 +206,22 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _add_control_metrics(self) -> None:
         none = pmUnits(0, 0, 0, 0, 0, 0)
-        control = dict(CONTROL)
-        if self.opts.status_metrics:
-            control[METRICS] = STATUS_METRICS
-        for item, (name, oneline, text) in control.items():
+        for item, (name, ptype, oneline, text) in pcpcompat.control_metrics(
+            self.opts.status_metrics
+        ).items():
             metric = pmdaMetric(
                 self.pmid(CONTROL_CLUSTER, item),
-                c_api.PM_TYPE_32,
+                ptype,
                 c_api.PM_INDOM_NULL,
                 c_api.PM_SEM_INSTANT,
                 none,
             )
             self._add(f"{self.opts.prefix}.{name}", metric, oneline, text)
         self.tables[RELOAD] = lambda: ({NULL: int(self.scanner.pending)}, {})
-        self.tables[DEBUG] = lambda: ({NULL: self.debug_value}, {})
+        self.tables[DEBUG] = lambda: ({NULL: pcpcompat.get_debug()}, {})
         self.tables[FILES] = lambda: ({NULL: len(self.catalogue.files)}, {})
-        self.tables[METRICS] = lambda: (
-            {NULL: sum(len(e.metrics) for e in self.catalogue.files.values())},
-            {},
-        )
+        # metrics served: one per PMID, however many files share it (PCP QA 648)
+        self.tables[METRICS] = lambda: ({NULL: len(self.served_names)}, {})
         if self.opts.status_metrics:
             self._add_status_metrics(none)
 
@@ -259,29 +243,18 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
         self.replace_indom(self.indom(0), insts)
 
-    # -- metric table helpers (python3-pcp 6.0.3 keeps help in dicts shared with C)
+    # -- metric table helpers (python3-pcp's own tables: pcpcompat)
 
     def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
         self.add_metric(name, metric, oneline or "", text or "")
-        pmid = metric.m_desc.pmid
-        if oneline is None:
-            del self._metric_oneline[pmid]  # absent text is PM_ERR_TEXT; "" is served as ""
-        if text is None:
-            del self._metric_helptext[pmid]
+        # absent text is PM_ERR_TEXT; "" is served as ""
+        pcpcompat.drop_metric_text(self, metric.m_desc.pmid, oneline is None, text is None)
         self.pmda_metrics[name] = metric
 
     def _remove(self, name: str) -> None:
         metric = self.pmda_metrics.pop(name)
-        pmid = metric.m_desc.pmid
-        self._metric_oneline.setdefault(pmid, "")
-        self._metric_helptext.setdefault(pmid, "")
+        pcpcompat.keep_metric_text(self, metric.m_desc.pmid)
         self.remove_metric(name, metric)
-
-    def _drop_indom(self, indom: int) -> None:
-        """Remove an indom (6.0.3 has no remove_indom; the table is shared with C)."""
-        self._indomtable[:] = [e for e in self._indomtable if e.it_indom != indom]
-        for table in (self._indoms, self._indom_oneline, self._indom_helptext):
-            table.pop(indom, None)
 
     # -- applying scanner changes
 
@@ -308,6 +281,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self._apply(changes)
         finally:
             self._reset_pmid_hash()
+
+    def _locate_pmid_hash(self) -> PmidHashCount | str | None:
+        """The PMID hash's node count to reset (pmidhash.py), or why not (logged at
+        startup); None where it is not needed (PCP >= 7.0.1) or ``--no-pmid-hash-reset``."""
+        if not self.opts.pmid_hash_reset or not pcpcompat.pmid_hash_defect():
+            return None
+        return locate(self.opts.domain, cpmda.__file__)
 
     def _reset_pmid_hash(self) -> None:
         if isinstance(self.pmid_hash, PmidHashCount):
@@ -346,17 +326,14 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """(Re)register PCP indom ``serial``: the instances of every file serving it (first
         name of an id wins), help text of the first file."""
         indom = self.indom(serial)
-        self._drop_indom(indom)
+        pcpcompat.drop_indom(self, indom)
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
             return
         insts = [_instid(i.internal, i.external) for i in self.catalogue.instances(serial)]
         first = sources[0].indom
         self.add_indom(pmdaIndom(indom, insts), first.shorthelp or "", first.longhelp or "")
-        if first.shorthelp is None:
-            del self._indom_oneline[indom]  # absent text is PM_ERR_TEXT
-        if first.longhelp is None:
-            del self._indom_helptext[indom]
+        pcpcompat.drop_indom_text(self, indom, first.shorthelp is None, first.longhelp is None)
 
     def _serve_metric(self, cluster: int, item: int) -> None:
         """(Re)register one PMID from the files serving it: descriptor and help text of the
@@ -482,8 +459,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.scanner.reload_requested = self.reload_stored = bool(value)
             return 0
         if item == DEBUG:
-            self.debug_value = int(value)
-            return 0
+            return pcpcompat.store_debug(value)
         return int(c_api.PM_ERR_PERMISSION)
 
     # -- labels
@@ -581,6 +557,13 @@ def parse_args(argv: Sequence[str]) -> Options:
         help="largest file served, in MiB (default 64)",
     )
     p.add_argument(
+        "--no-pmid-hash-reset",
+        dest="pmid_hash_reset",
+        action="store_false",
+        help="do not keep libpcp_pmda's PMID-hash node count down (PCP < 7.0.1 only; "
+        "later PCPs never need it)",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -598,6 +581,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         polling=a.polling,
         notready=a.notready,
         max_size=a.max_size << 20,
+        pmid_hash_reset=a.pmid_hash_reset,
     )
 
 

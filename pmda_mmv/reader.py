@@ -15,15 +15,16 @@ and re-checks the size and the generation pair first.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
 import stat
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from . import format as fmt
 
@@ -34,6 +35,8 @@ stall the agent past pmcd's timeout while it is indexed) is refused; ``--max-siz
 
 INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1
+
+T = TypeVar("T")
 
 PM_IN_NULL: Final = 0xFFFFFFFF
 """Internal instance id of a singular metric's only value, as pmcd passes it (unsigned)."""
@@ -132,10 +135,10 @@ class Header:
         return bool(self.flags & fmt.FLAG_SENTINEL)
 
     @property
-    def created(self) -> float:
-        """Creation time encoded by libpcp_mmv in g1 as ``(tv_sec << 32) | tv_usec``, in
-        seconds since the epoch; meaningless for writers that count generations instead."""
-        return (self.g1 >> 32) + (self.g1 & 0xFFFFFFFF) / 1e6
+    def created(self) -> float | None:
+        """Creation time read from g1 (:func:`~.format.generation_time`), in seconds since
+        the epoch; None when g1 is no time (writers that count generations)."""
+        return fmt.generation_time(self.g1, time.time())
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +269,9 @@ class MmvFile:
         self.indoms: dict[int, Indom] = {}
         self.metrics: list[Metric] = []
         self.labels: list[Label] = []
+        self.label_index: dict[tuple[int, int, int], list[Label]] = {}
         self.problems: list[Corrupt] = []
+        self.unlisted = 0  # problems past fmt.MAX_PROBLEMS, counted, not recorded
         self.base = 0
         self.span = 0
         self.header = _Parser(self, data).parse()
@@ -327,7 +332,19 @@ class MmvFile:
         return sum(m.value_count for m in self.metrics)
 
     def problem(self, field: str, offset: int, message: str, limit: int | None = None) -> None:
-        self.problems.append(Corrupt(self.path, field, offset, message, limit))
+        """Record one skipped section or entry; past :data:`fmt.MAX_PROBLEMS` only count it
+        (:meth:`_Parser.parse` then adds one summary problem)."""
+        if len(self.problems) < fmt.MAX_PROBLEMS:
+            self.problems.append(Corrupt(self.path, field, offset, message, limit))
+        else:
+            self.unlisted += 1
+
+    def labels_for(self, kind: int, identity: int, internal: int = -1) -> list[Label]:
+        """The accepted labels of one PCP label set, in file order: ``kind`` (one of
+        format.LABEL_*), its cluster, item or indom serial, and for instance labels the
+        instance's internal id."""
+        key = (kind, identity, internal if kind == fmt.LABEL_INSTANCES else -1)
+        return self.label_index.get(key, [])
 
     def check_generation(self) -> None:
         """Re-check size, link count and generation pair; raise :class:`Changed` if the file
@@ -575,6 +592,9 @@ def read_header(path: str, head: bytes, size: int) -> Header:
         raise NotReady(path, "header.g2", 16, f"generation in flux, g1={g1} g2={g2}")
     if tocs < 2:
         raise Refused(path, "header.tocs", 24, f"{tocs} TOC entries, expecting at least 2", 2)
+    if tocs > fmt.MAX_TOCS:
+        why = f"{tocs} TOC entries, more than {fmt.MAX_TOCS}"
+        raise Refused(path, "header.tocs", 24, why, fmt.MAX_TOCS)
     need = fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE
     if need > size:
         limit = (size - fmt.HEADER_SIZE) // fmt.TOC_SIZE
@@ -598,7 +618,9 @@ class _Parser:
         self.size = len(data)
         self.path = mf.path
         self.version = 0
-        self.sections: list[tuple[int, int, Toc]] = []  # accepted (start, end, toc)
+        self.sections = _Ranges[Toc]()  # accepted sections
+        self.claimed = _Ranges[int]()  # instance ranges of accepted indoms -> indoms[i]
+        self.items: set[int] = set()  # items of the accepted metrics
         self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
         self.metric_at: dict[int, Metric] = {}
         self.skipped_metrics: set[int] = set()
@@ -635,8 +657,20 @@ class _Parser:
             self.values(toc)
         for toc in by_type.get(fmt.TOC_LABELS, []):
             self.labels(toc, header)
+        self.index_labels()
         for metric in self.mf.metrics:
             metric.find_stride()
+        if self.mf.unlisted:
+            self.mf.problems.append(
+                Corrupt(
+                    self.path,
+                    "file",
+                    -1,
+                    f"{self.mf.unlisted} more problems not listed (the first "
+                    f"{fmt.MAX_PROBLEMS} are)",
+                    fmt.MAX_PROBLEMS,
+                )
+            )
         return header
 
     # -- header and TOC (fatal)
@@ -688,16 +722,16 @@ class _Parser:
                 self.size,
             )
             return False
-        for ostart, oend, other in self.sections:
-            if start < oend and ostart < end:
-                self.mf.problem(
-                    f"{where}.offset",
-                    toc.at + 8,
-                    f"{name} section [{start}, "
-                    f"{end}) overlaps toc[{other.index}] [{ostart}, {oend})",
-                )
-                return False
-        self.sections.append((start, end, toc))
+        other = self.sections.overlapping(start, end)
+        if other is not None:
+            ostart, oend, prior = other
+            self.mf.problem(
+                f"{where}.offset",
+                toc.at + 8,
+                f"{name} section [{start}, {end}) overlaps toc[{prior.index}] [{ostart}, {oend})",
+            )
+            return False
+        self.sections.add(start, end, toc)
         return True
 
     def string(
@@ -754,6 +788,18 @@ class _Parser:
                 )
                 self.skipped_serials.add(serial)
                 continue
+            other = self.claimed.overlapping(offset, end) if count else None
+            if other is not None:  # each instance entry is checked once, for one indom
+                ostart, oend, j = other
+                self.mf.problem(
+                    f"{where}.offset",
+                    at + 8,
+                    f"instances [{offset}, {end}) overlap those of indoms[{j}] [{ostart}, {oend})",
+                )
+                self.skipped_serials.add(serial)
+                continue
+            if count:
+                self.claimed.add(offset, end, i)
             indom = Indom(
                 serial,
                 at,
@@ -811,7 +857,7 @@ class _Parser:
 
     def metrics(self, toc: Toc) -> None:
         entry = fmt.METRIC_V1 if self.version == 1 else fmt.METRIC_V2
-        items = {m.item for m in self.mf.metrics}
+        items = self.items
         for i in range(toc.count):
             at = toc.offset + i * entry.size
             metric = self.metric(entry.unpack_from(self.data, at), at, f"metrics[{i}]", items)
@@ -957,7 +1003,7 @@ class _Parser:
         metric.slots[pos] = at - self.mf.base
 
     def labels(self, toc: Toc, header: Header) -> None:
-        items = {m.item for m in self.mf.metrics}
+        items = self.items
         for i in range(toc.count):
             at = toc.offset + i * fmt.LABEL.size
             where = f"labels[{i}]"
@@ -986,6 +1032,28 @@ class _Parser:
             self.mf.labels.append(
                 Label(kind, identity, internal, payload, bool(flags & fmt.LABEL_OPTIONAL), at)
             )
+
+    def index_labels(self) -> None:
+        """Group the labels by the PCP label set they belong to (:meth:`MmvFile.labels_for`)
+        and drop, with one problem each, the sets that merge into more labels or more JSON
+        than libpcp accepts (it would reject the whole set at every request)."""
+        index = self.mf.label_index
+        for lb in self.mf.labels:
+            internal = lb.internal if lb.kind == fmt.LABEL_INSTANCES else -1
+            index.setdefault((lb.kind, lb.identity, internal), []).append(lb)
+        for key, group in list(index.items()):
+            why = label_set_problem(group)
+            if why is None:
+                continue
+            kind, identity, internal = key
+            what = f"{fmt.LABEL_KINDS[kind]} {identity}"
+            what += f" instance {internal}" if kind == fmt.LABEL_INSTANCES else ""
+            self.mf.problem(
+                "labels", group[0].offset, f"{len(group)} labels of {what}: {why}, not served"
+            )
+            del index[key]
+        kept = {id(lb) for group in index.values() for lb in group}
+        self.mf.labels = [lb for lb in self.mf.labels if id(lb) in kept]
 
     def label_target(
         self, kind: int, identity: int, internal: int, header: Header, items: set[int]
@@ -1035,9 +1103,112 @@ def _label_names_problem(obj: dict[str, object]) -> str | None:
 LABEL_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
+def merge_labels(labels: Iterable[Label]) -> tuple[str, str]:
+    """Merge label payloads in file order (later names override, maps merge) into
+    (labels, notes) JSON object texts, split by the on-disk OPTIONAL flag; "" for none.
+    Numbers keep the writer's spelling (``-1.5e3`` stays so); text is not re-escaped."""
+    required: dict[str, object] = {}
+    optional: dict[str, object] = {}
+    for lb in labels:
+        target = optional if lb.optional else required
+        _deep_update(target, json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
+    return (_dump(required) if required else "", _dump(optional) if optional else "")
+
+
+def label_set_problem(labels: Iterable[Label]) -> str | None:
+    """Why libpcp would reject the label set(s) these labels merge into, or None: as many
+    labels as PM_MAXLABELS or more (``__pmAddLabels``: "Argument list too long"), where a
+    map's names count and the map itself does not (found with pminfo against PCP 6.0.3:
+    254 names pass, flat or in one map; 255 fail).  libpcp's JSON length limit
+    (PM_MAXLABELJSONLEN, 65535) cannot be reached first: a name costs at most its 244-byte
+    payload, and 254 of them take under 62,000 bytes."""
+    for text in merge_labels(labels):
+        count = _label_count(json.loads(text)) if text else 0
+        if count >= fmt.PM_MAXLABELS:
+            return f"they merge into {count} labels, libpcp accepts at most {fmt.PM_MAXLABELS - 1}"
+    return None
+
+
+def _label_count(obj: dict[str, object]) -> int:
+    return sum(_label_count(v) if isinstance(v, dict) else 1 for v in obj.values())
+
+
+def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:
+    """Merge ``new`` into ``target`` as PCP merges label sets: maps merge name by name
+    (``{"m":{"a":1}}`` then ``{"m":{"b":2}}`` gives ``m.a`` and ``m.b``), anything else
+    is replaced."""
+    for name, value in new.items():
+        old = target.get(name)
+        if isinstance(old, dict) and isinstance(value, dict):
+            _deep_update(old, value)
+        else:
+            target[name] = value
+
+
+class _Raw(str):
+    """A JSON number token, kept as written."""
+
+
+def _dump(value: object) -> str:
+    if isinstance(value, _Raw):
+        return str(value)
+    if isinstance(value, dict):
+        items = (f"{json.dumps(k, ensure_ascii=False)}:{_dump(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+class _Ranges(Generic[T]):
+    """Disjoint byte ranges ``[start, end)`` with a payload each, sorted by start in blocks
+    of at most ``2 * block``: an overlap query costs O(log n) and an insertion O(log n) plus
+    moving at most one block, in whatever order the ranges come (a single sorted list
+    would move O(n) entries per insertion: 200,000 indoms listed in reverse order took
+    16 s).  The standard library has no sorted container, and ``check`` and ``dump`` run on
+    the standard library alone."""
+
+    def __init__(self, block: int = 512) -> None:
+        self.block = block
+        self.blocks: list[list[tuple[int, int, T]]] = []
+        self.firsts: list[int] = []  # the first start of each block
+
+    def overlapping(self, start: int, end: int) -> tuple[int, int, T] | None:
+        """The range that overlaps ``[start, end)`` (the last one starting before ``end``
+        is the only candidate, as the ranges are disjoint), or None."""
+        b = bisect.bisect_left(self.firsts, end) - 1
+        if b < 0:
+            return None
+        block = self.blocks[b]
+        span = block[bisect.bisect_left(block, end, key=_start) - 1]
+        return span if span[1] > start else None
+
+    def add(self, start: int, end: int, payload: T) -> None:
+        span = (start, end, payload)
+        if not self.blocks:
+            self.blocks.append([span])
+            self.firsts.append(start)
+            return
+        b = max(bisect.bisect_right(self.firsts, start) - 1, 0)
+        block = self.blocks[b]
+        bisect.insort(block, span, key=_start)
+        self.firsts[b] = block[0][0]
+        half = self.block
+        if len(block) > 2 * half:
+            self.blocks[b : b + 1] = [block[:half], block[half:]]
+            self.firsts[b : b + 1] = [block[0][0], block[half][0]]
+
+
+def _start(span: tuple[int, int, object]) -> int:
+    return span[0]
+
+
 def printable(text: str) -> str:
-    """``text`` safe for one log line or a PCP string: undecodable bytes of a file name
-    (surrogates) and control characters (a newline could forge a log line) are escaped."""
+    """``text`` safe for one log line, a PCP string or a terminal: undecodable bytes of a
+    file name (surrogates) and every character that is not printable (C0 and C1 controls
+    such as ESC and U+009B, DEL, newlines, which could forge a log line, and the
+    bidirectional overrides and isolates U+202A-U+202E, U+2066-U+2069) are escaped.  The
+    one escaping function of the agent, ``check``, ``dump`` and ``debug``."""
     if text.isprintable():
         return text
     out = []

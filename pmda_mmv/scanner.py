@@ -3,33 +3,63 @@
 :class:`Scanner` keeps every directory entry's state and the :class:`~.catalogue.Catalogue`
 of served files up to date, incrementally: :meth:`Scanner.refresh` runs at the start of each
 request (as the C agent's ``mmv_reload_maybe`` does) and costs one ``stat`` of the directory
-when nothing changed.  It rescans the listing when the directory changed (mtime, or an event
-queued by :mod:`~.watcher`), retries only the files that were not ready, and checks the
-generation pair and writer process of every served file at most every ``check_interval``
-seconds.  Unchanged files keep their descriptor, tables, cluster and PMIDs.
+and one ``epoll_wait`` when nothing changed.  It rescans the listing when the directory
+changed (mtime, or an event queued by :mod:`~.watcher`), retries the files that are not
+ready as their backoff says, and checks the generation pair of served files at most every
+``check_interval`` seconds.  Unchanged files keep their descriptor, tables, cluster and PMIDs.
+
+Not ready (empty, header or generation not written yet, g1 != g2): retried at the next
+request, then after RETRY_FIRST seconds, doubling up to RETRY_MAX; at once when a watcher
+event names the file or its stat changed; at most RETRY_BUDGET such retries per request
+(files that have waited less go first).  A retry reads the header through a descriptor
+kept while the file is not ready (up to a quarter of the descriptor limit, opened when the
+file is first found not ready) and opens the file again only when the header changed.
+Logged once it has stayed so for ``not_ready_grace`` seconds, since every writer passes
+through those states.
+
+MMV_FLAG_PROCESS: each served file's writer is watched through a ``pidfd_open(2)``
+descriptor, all of them in one epoll set polled at the start of every request, so a writer's
+exit removes its file at the next request whatever the number of files (a zombie has exited
+too).  Without pidfds (Linux < 5.3, or out of descriptors) psutil checks the process at the
+periodic check.  A live process that started more than PID_SLACK seconds after the file's
+creation (:func:`~.format.generation_time`) is not its writer but a reused PID.
+
+Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
+is retried when the catalogue frees one (in name order, until one is still refused).
 
 Policies: dot-files are ignored; only regular files are read (FIFOs never block); a symlink
 is followed only when its target is a regular file inside the same directory; when
 ``owners`` is given, only files owned by those uids are served; files larger than
-``max_size`` are refused.  Every refusal is logged once per change of the file; a file that
-is not ready (empty, header or generation not written yet) is logged once it has stayed so
-for ``not_ready_grace`` seconds, since every writer passes through those states.
+``max_size`` are refused.  Every refusal is logged once per change of the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
+import select
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
 import psutil
 
+from . import format as fmt
 from .catalogue import Catalogue, FileEntry, Log, remember
-from .reader import DEFAULT_MAX_SIZE, Changed, MmvError, MmvFile, NotReady, printable
+from .reader import (
+    DEFAULT_MAX_SIZE,
+    Changed,
+    MmvError,
+    MmvFile,
+    NotReady,
+    printable,
+    read_header,
+)
 
 OK: Final = "ok"
 PARTIAL: Final = "partial"
@@ -38,6 +68,26 @@ NOT_READY_GRACE: Final = 1.0  # seconds a file may stay not ready before it is l
 REFUSED: Final = "refused"
 EXITED: Final = "exited"
 """States of a directory entry, as ``mmv.control.file.state`` reports them."""
+
+RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
+RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
+RETRY_BUDGET: Final = 16  # retries (header reads or reopens) of files not ready per request
+PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
+
+
+@dataclass(slots=True)
+class Writer:
+    """The process of a PROCESS file: ``pid``, its pidfd (-1 when psutil watches it) and
+    the psutil process."""
+
+    pid: int
+    fd: int = -1
+    process: psutil.Process | None = None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 @dataclass(slots=True)
@@ -52,8 +102,13 @@ class FileState:
     problems: list[str] = field(default_factory=list)
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)
-    process: psutil.Process | None = None
+    writer: Writer | None = None  # of the served entry, when it is a PROCESS file
     log_after: float = 0.0  # while not ready: when its problem is worth a log line
+    delay: float = 0.0  # while not ready: seconds until the next retry
+    retry: int = 0  # while not ready: the sequence number of its pending retry
+    peek: int = -1  # while not ready: a descriptor to read its header through
+    peek_inode: tuple[int, int] = (0, 0)
+    head: bytes | None = None  # while not ready: its header when it was last opened
 
     @property
     def last_problem(self) -> str:
@@ -90,6 +145,9 @@ CHECK_BUDGET: Final = 64
 UNSEEN: Final = (-1,)
 """Stat key of an entry not looked at yet (or to be looked at again)."""
 
+MAX_DIRTY: Final = 4096
+"""Names queued (one each, however many events) before the queue becomes one listing."""
+
 ALL: Final = "\0all"
 """Marker queued by the watcher when the whole directory must be listed again."""
 
@@ -109,6 +167,7 @@ class Scanner:
         not_ready_grace: float = NOT_READY_GRACE,
         log: Log | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pidfd: bool = True,
     ) -> None:
         self.directory = directory
         self.catalogue = catalogue
@@ -131,6 +190,16 @@ class Scanner:
         self._next_instance = 0
         self._dirty: set[str] = set()
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
+        self._waiting: dict[float, deque[tuple[float, int, str]]] = {}  # delay -> retries
+        self._retry_number = 0
+        self._peeks = 0  # descriptors held for files not ready (FileState.peek)
+        self._max_peeks = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
+        self.retries = 0  # retries of files not ready so far (header reads or reopens)
+        self._starved: set[str] = set()  # refused or partial for want of a resource
+        self._freed = 0  # catalogue.freed when the starved files were last retried
+        self._pidfd = pidfd and hasattr(os, "pidfd_open")
+        self._epoll: select.epoll | None = None
+        self._writers: dict[int, str] = {}  # pidfd -> name of the file it watches
         self._dirty_lock = threading.Lock()
 
     # -- queries
@@ -149,7 +218,10 @@ class Scanner:
     def mark_dirty(self, name: str = ALL) -> None:
         """Queue a check of ``name`` (or of the whole directory); safe from any thread."""
         with self._dirty_lock:
-            self._dirty.add(name)
+            if len(self._dirty) < MAX_DIRTY:
+                self._dirty.add(name)
+            else:  # bounded: that many changes are cheaper as one listing
+                self._dirty = {ALL}
 
     def _take_dirty(self) -> set[str]:
         with self._dirty_lock:
@@ -160,19 +232,97 @@ class Scanner:
 
     def refresh(self, force: bool = False) -> Changes:
         """Bring the catalogue up to date with the directory; returns what changed."""
-        changes = Changes()
+        changes = self._exited()
         dirty = self._take_dirty()
+        now = self.clock()
+        for name in dirty & self._not_ready:  # an event for a file that waits: at once
+            self._schedule(self.states[name], 0.0, now)
+        retry = set(self._not_ready) if force else self._due(now)
+        for name in retry:
+            self.states[name].key = UNSEEN
         if force or self.reload_requested or ALL in dirty or self._directory_changed():
             self.reload_requested = False
             changes.extend(self._rescan())
         else:
-            names = sorted(dirty | self._not_ready)
+            names = sorted((dirty - self._not_ready) | retry)
             if names:
                 changes.extend(self._consider(names))
-        now = self.clock()
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
+        if self._starved and self.catalogue.freed != self._freed:
+            changes.extend(self._retry_starved())
+        self._freed = self.catalogue.freed
+        return changes
+
+    def _schedule(self, state: FileState, delay: float, when: float) -> None:
+        """Retry ``state`` (not ready) at ``when``, in the queue of its ``delay``: files
+        that have waited less go first."""
+        self._retry_number += 1
+        state.retry = self._retry_number
+        self._waiting.setdefault(delay, deque()).append((when, self._retry_number, state.name))
+
+    def _due(self, now: float) -> set[str]:
+        """The files not ready whose retry is due (RETRY_BUDGET at most, those that have
+        waited less first) and whose header changed since they were last opened (read
+        through a descriptor kept for it); the others wait longer."""
+        due: set[str] = set()
+        tried = 0
+        for delay in sorted(self._waiting):
+            queue = self._waiting[delay]
+            while queue and queue[0][0] <= now and tried < RETRY_BUDGET:
+                _, number, name = queue.popleft()
+                state = self.states.get(name)
+                if state is None or state.state != NOT_READY or state.retry != number:
+                    continue
+                tried += 1
+                if state.head is not None and _read_head(state.peek) == state.head:
+                    self._wait_more(state, now)
+                else:
+                    due.add(name)
+        self.retries += tried
+        return due
+
+    def _wait_more(self, state: FileState, now: float) -> None:
+        """``state`` is still not ready: back off, and log it once it stayed so."""
+        state.delay = min(max(2 * state.delay, RETRY_FIRST), RETRY_MAX)
+        self._schedule(state, state.delay, now + state.delay)
+        if now >= state.log_after:
+            state.log_after = float("inf")
+            self.log(state.last_problem)
+
+    def _peek(self, state: FileState, target: str, st: os.stat_result) -> bytes | None:
+        """The header of a file that was not ready, read through a descriptor kept while it
+        stays so (None when it cannot be opened)."""
+        inode = (st.st_dev, st.st_ino)
+        if state.peek >= 0 and state.peek_inode != inode:
+            self._unpeek(state)
+        if state.peek < 0:
+            if self._peeks >= self._max_peeks:
+                return None
+            try:
+                state.peek = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return None
+            self._peeks += 1
+            state.peek_inode = inode
+        return _read_head(state.peek)
+
+    def _unpeek(self, state: FileState) -> None:
+        fd, state.peek, state.head = state.peek, -1, None
+        if fd >= 0:
+            os.close(fd)
+            self._peeks -= 1
+
+    def _retry_starved(self) -> Changes:
+        """Files refused (or partly served) for want of a cluster or indom serial, again in
+        name order, until one still lacks it."""
+        changes = Changes()
+        for name in sorted(self._starved):
+            self.states[name].key = UNSEEN
+            changes.extend(self._consider([name]))
+            if name in self._starved:
+                break
         return changes
 
     def reload(self, name: str) -> Changes:
@@ -215,7 +365,9 @@ class Scanner:
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
+        self._unpeek(state)
         self._not_ready.discard(name)
+        self._starved.discard(name)
         changes = Changes(states=True)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
@@ -226,13 +378,16 @@ class Scanner:
         assert entry is not None and entry is state.entry
         state.entry = None
         entry.mf.close()
+        if state.writer is not None:
+            self._unwatch(state.writer)
+            state.writer = None
         return entry
 
     def _consider(self, names: list[str]) -> Changes:
         """(Re)load the named entries whose stat changed and serve them in name order (names
         are first come, first served); auto-assigned clusters avoid every requested one."""
         changes = Changes()
-        opened: list[tuple[FileState, MmvFile]] = []
+        opened: list[tuple[FileState, MmvFile, Writer | None]] = []
         for name in names:
             if not os.path.lexists(os.path.join(self.directory, name)):
                 if name in self.states:
@@ -242,14 +397,15 @@ class Scanner:
             if state is None:
                 state = self.states[name] = FileState(name, self._instance(name))
                 changes.states = True
-            mf = self._load(state, changes)
-            if mf is not None:
-                opened.append((state, mf))
+            loaded = self._load(state, changes)
+            if loaded is not None:
+                opened.append((state, *loaded))
         requested = {e.mf.header.cluster for e in self.catalogue.files.values()}
-        requested |= {mf.header.cluster for _, mf in opened}
+        requested |= {mf.header.cluster for _, mf, _ in opened}
         requested.discard(0)
-        for state, mf in sorted(opened, key=lambda p: p[0].name):  # first in name order wins
-            self._serve(state, mf, requested - {mf.header.cluster}, changes)
+        wanted = self.catalogue.wanted_indoms(mf for _, mf, _ in opened)
+        for state, mf, writer in sorted(opened, key=lambda p: p[0].name):  # first name wins
+            self._serve(state, mf, writer, (requested - {mf.header.cluster}, wanted), changes)
         return changes
 
     def _instance(self, name: str) -> int:
@@ -262,9 +418,10 @@ class Scanner:
 
     # -- one file
 
-    def _load(self, state: FileState, changes: Changes) -> MmvFile | None:
-        """Open the entry if its stat changed (or it was not ready); None when unchanged,
-        not ready or refused (state and log updated)."""
+    def _load(self, state: FileState, changes: Changes) -> tuple[MmvFile, Writer | None] | None:
+        """Open the entry if its stat changed (or its key was reset for a retry), with its
+        live writer when it is a PROCESS file; None when unchanged, not ready, refused or
+        its writer has exited (state and log updated)."""
         path = os.path.join(self.directory, state.name)
         try:
             target, st = self._resolve(path)
@@ -275,22 +432,27 @@ class Scanner:
             self._set(state, REFUSED, f"{path}: {skip}", changes)
             return None
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if key == state.key and state.state != NOT_READY:
+        if key == state.key:
             return None
         state.key = key
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
             self._set(state, NOT_READY, str(e), changes)
+            head = self._peek(state, target, st)
+            # kept only when it is itself not ready: it may be newer than what open() saw
+            state.head = head if head is not None and _waits(target, head) else None
             return None
         except MmvError as e:
             self._set(state, REFUSED, str(e), changes)
             return None
-        if not self._writer_alive(state, mf):
+        try:
+            writer = self._writer(mf)
+        except _Exited:
             mf.close()
             self._set(state, EXITED, self._exit_reason(path, mf), changes)
             return None
-        return mf
+        return mf, writer
 
     def _resolve(self, path: str) -> tuple[str, os.stat_result]:
         """The path to open and its stat; raises _Skip for entries that are not served."""
@@ -313,15 +475,34 @@ class Scanner:
             raise _Skip(f"owner uid {st.st_uid} is not trusted", _key(st))
         return target, st
 
-    def _serve(self, state: FileState, mf: MmvFile, requested: set[int], changes: Changes) -> None:
+    def _serve(
+        self,
+        state: FileState,
+        mf: MmvFile,
+        writer: Writer | None,
+        wants: tuple[set[int], set[int]],
+        changes: Changes,
+    ) -> None:
+        """Serve a loaded file; ``wants``: the clusters and indom numbers other files of
+        this scan ask for (Catalogue.add)."""
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
-        entry = self.catalogue.add(mf, requested)
+        entry = self.catalogue.add(mf, *wants)
         if entry is None:
             mf.close()
+            if writer is not None:
+                writer.close()
             self._set(state, REFUSED, self.catalogue.refusal, changes, logged=True)
+            if self.catalogue.starved:
+                self._starved.add(state.name)
             return
         state.entry = entry
+        if writer is not None:
+            self._watch(state, writer)
+        if entry.starved:
+            self._starved.add(state.name)
+        else:
+            self._starved.discard(state.name)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
         problems = [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
@@ -329,6 +510,7 @@ class Scanner:
         state.problems = [printable(p) for p in problems]
         state.state = status
         self._not_ready.discard(state.name)
+        self._unpeek(state)
         changes.added.append(entry)
         changes.states = True
 
@@ -339,18 +521,22 @@ class Scanner:
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         changed = state.state != new or state.last_problem != problem
+        self._starved.discard(state.name)
         if new == NOT_READY:  # logged only if it stays so: writers pass through it
             now = self.clock()
-            if state.state != NOT_READY:
+            state.problems = [problem]
+            if state.state != NOT_READY:  # retried at the next request, then backoff
                 state.log_after = now + self.not_ready_grace
-            if now >= state.log_after:
-                state.log_after = float("inf")
-                self.log(problem)
+                state.delay = 0.0
+                self._schedule(state, 0.0, now)
+            else:
+                self._wait_more(state, now)
             self._not_ready.add(state.name)
         else:
             if changed and not logged:
                 self.log(problem)
             self._not_ready.discard(state.name)
+            self._unpeek(state)
         if changed:
             changes.states = True
         state.state = new
@@ -359,11 +545,11 @@ class Scanner:
     # -- served files: generation and writer
 
     def _check_served(self, budget: int | None) -> Changes:
-        """Check the generation and writer of served files: all of them, or ``budget``
-        of them, continuing where the last check stopped."""
+        """Check the generation (and the writer, when no pidfd watches it) of served files:
+        all of them, or ``budget`` of them, continuing where the last check stopped."""
         changes = Changes()
         stale: list[str] = []
-        served = [(n, s, s.entry) for n, s in self.states.items() if s.entry is not None]
+        served = [(n, self.states[n], e) for n, e in self.catalogue.files.items()]
         if budget is not None and len(served) > budget:
             start = self._check_from % len(served)
             self._check_from = start + budget
@@ -374,7 +560,8 @@ class Scanner:
             except Changed:
                 stale.append(name)
                 continue
-            if not self._writer_alive(state, entry.mf):
+            writer = state.writer
+            if writer is not None and writer.fd < 0 and not _running(writer):
                 self._set(state, EXITED, self._exit_reason(entry.mf.path, entry.mf), changes)
         if stale:
             for name in stale:
@@ -382,25 +569,66 @@ class Scanner:
             changes.extend(self._consider(stale))
         return changes
 
-    def _writer_alive(self, state: FileState, mf: MmvFile) -> bool:
-        """MMV_FLAG_PROCESS: the writer (header.process) still runs and is the same process
-        (it started before the file's generation, when that is a libpcp_mmv timestamp)."""
+    def _writer(self, mf: MmvFile) -> Writer | None:
+        """The live writer of a PROCESS file (None for other files and pid 0, as the C
+        agent); raises _Exited when it has exited or its pid belongs to a process that
+        started after the file was created."""
         pid = mf.header.process
         if not mf.header.process_flag or pid == 0:
-            state.process = None
-            return True
-        proc = state.process
+            return None
+        writer = Writer(pid)
         try:
-            if proc is None or proc.pid != pid:
-                proc = state.process = psutil.Process(pid)
-                if (
-                    _plausible_time(mf.header.created)
-                    and proc.create_time() > mf.header.created + 1
-                ):
-                    return False
-            return bool(proc.is_running())
-        except (psutil.Error, OSError, ValueError):
-            return False
+            if self._pidfd:
+                writer.fd = self._pidfd_open(pid)
+            writer.process = psutil.Process(pid)
+            created = fmt.generation_time(mf.header.g1, time.time())
+            if created is not None and writer.process.create_time() > created + PID_SLACK:
+                raise _Exited
+            if writer.fd >= 0 and _readable(writer.fd):
+                raise _Exited  # it exited after the pidfd was opened
+        except (_Exited, psutil.Error, OSError, ValueError):
+            writer.close()
+            raise _Exited from None
+        return writer
+
+    def _pidfd_open(self, pid: int) -> int:
+        """A pidfd of ``pid``, or -1 when this one cannot have one (psutil watches it);
+        ProcessLookupError when there is no such process."""
+        try:
+            return os.pidfd_open(pid)
+        except ProcessLookupError:
+            raise
+        except OSError as e:
+            if e.errno in (errno.ENOSYS, errno.EPERM):  # no pidfds here (old kernel, seccomp)
+                self._pidfd = False
+            return -1
+
+    def _watch(self, state: FileState, writer: Writer) -> None:
+        state.writer = writer
+        if writer.fd >= 0:
+            if self._epoll is None:
+                self._epoll = select.epoll()
+            self._epoll.register(writer.fd, select.EPOLLIN)
+            self._writers[writer.fd] = state.name
+
+    def _unwatch(self, writer: Writer) -> None:
+        if writer.fd >= 0 and self._epoll is not None:
+            self._epoll.unregister(writer.fd)
+            del self._writers[writer.fd]
+        writer.close()
+
+    def _exited(self) -> Changes:
+        """Served files whose writer exited since the last request: one epoll_wait."""
+        changes = Changes()
+        if not self._writers or self._epoll is None:
+            return changes
+        for fd, _ in self._epoll.poll(0):
+            state = self.states[self._writers[fd]]
+            assert state.entry is not None
+            self._set(
+                state, EXITED, self._exit_reason(state.entry.mf.path, state.entry.mf), changes
+            )
+        return changes
 
     @staticmethod
     def _exit_reason(path: str, mf: MmvFile) -> str:
@@ -408,6 +636,10 @@ class Scanner:
             f"{path}: header.process at offset 32: writer process {mf.header.process} "
             "has exited (MMV_FLAG_PROCESS), file not served"
         )
+
+
+class _Exited(Exception):
+    """The writer of a PROCESS file has exited."""
 
 
 class _Skip(Exception):
@@ -436,6 +668,39 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def _plausible_time(t: float) -> bool:
-    """Whether a header generation decodes to a time since 2000 and not in the future."""
-    return 946684800 <= t <= time.time() + 86400
+def _waits(path: str, head: bytes) -> bool:
+    """Whether a file whose first bytes are ``head`` is not ready (reader.read_header)."""
+    if not head:
+        return True  # empty
+    if len(head) < fmt.HEADER_SIZE:
+        return False
+    try:
+        read_header(path, head, fmt.HEADER_SIZE)
+    except NotReady:
+        return True
+    except MmvError:
+        return False
+    return False
+
+
+def _read_head(fd: int) -> bytes | None:
+    """A file's first HEADER_SIZE bytes (fewer when it is shorter); None when unreadable."""
+    try:
+        return os.pread(fd, fmt.HEADER_SIZE, 0)
+    except OSError:
+        return None
+
+
+def _readable(fd: int) -> bool:
+    """Whether a pidfd says its process has exited (poll: select cannot take fds >= 1024)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _running(writer: Writer) -> bool:
+    """psutil's answer, for a writer no pidfd watches."""
+    try:
+        return writer.process is not None and writer.process.is_running()
+    except psutil.Error:
+        return False

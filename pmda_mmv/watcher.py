@@ -10,8 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Final
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileAttribEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
@@ -19,6 +32,22 @@ from watchdog.observers.polling import PollingObserver
 from .scanner import ALL
 
 Mark = Callable[[str], None]
+
+CHANGES: Final[list[type[FileSystemEvent]]] = [
+    FileCreatedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    FileClosedEvent,  # closed after a write
+    FileAttribEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
+]
+"""The inotify events that mean a change.  Not opened, closed without a write, or
+modified: the agent's own opens and reads would come back as events, and a writer's
+``write(2)`` calls are seen at its close or by the per-request generation check."""
+POLLED: Final[list[type[FileSystemEvent]]] = [*CHANGES, FileModifiedEvent]
+"""The polling observer reports a change of size or mtime as modified (it sees no opens)."""
 
 
 class _Handler(FileSystemEventHandler):
@@ -75,7 +104,8 @@ class Watcher:
                 observer = factory()
                 observer.daemon = True
                 handler = _Handler(self.directory, self.mark)
-                observer.schedule(handler, self.directory)
+                events = POLLED if mode == "polling" else CHANGES
+                observer.schedule(handler, self.directory, event_filter=events)
                 observer.start()
             except (OSError, RuntimeError):
                 continue

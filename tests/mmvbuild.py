@@ -12,14 +12,13 @@ indoms, instances, metrics, values, strings, labels.  METRICS and VALUES always 
 entry; the other sections only when they have entries.
 
 The real-writer helpers write files with python3-pcp's ``pcp.mmv`` (:func:`write_pcp_mmv`)
-and with libpcp_mmv's registry API through ctypes (:func:`write_capi`), in this process,
-and return what they wrote so tests can compare the reader against the writer's input.
+and with libpcp_mmv's registry API (:func:`write_capi`, :mod:`tests.writers.libpcp_mmv`), in
+this process, and return what they wrote so tests can compare the reader against the
+writer's input.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
 import struct
 from collections.abc import Sequence
@@ -541,68 +540,17 @@ def write_pcp_mmv(path: Path, cluster: int = 42, flags: int = 0) -> Written:
     return Written(path, cluster, flags, spec, {5: insts}, values, handle=writer)
 
 
-class _Units(ctypes.Structure):
-    _fields_ = [("word", ctypes.c_uint32)]
-
-
-class _Atom(ctypes.Union):
-    _fields_ = [("ll", ctypes.c_int64), ("d", ctypes.c_double)]
-
-
-def _libpcp_mmv() -> ctypes.CDLL:
-    lib = ctypes.CDLL(ctypes.util.find_library("pcp_mmv") or "libpcp_mmv.so.1", use_errno=True)
-    vp, cp, ci = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    sig = {
-        "mmv_stats_registry": (vp, [cp, ci, ci]),
-        "mmv_stats_add_indom": (ci, [vp, ci, cp, cp]),
-        "mmv_stats_add_instance": (ci, [vp, ci, ci, cp]),
-        "mmv_stats_add_metric": (ci, [vp, cp, ci, ci, ci, _Units, ci, cp, cp]),
-        "mmv_stats_add_registry_label": (ci, [vp, cp, cp, ci, ci]),
-        "mmv_stats_add_indom_label": (ci, [vp, ci, cp, cp, ci, ci]),
-        "mmv_stats_add_metric_label": (ci, [vp, ci, cp, cp, ci, ci]),
-        "mmv_stats_add_instance_label": (ci, [vp, ci, ci, cp, cp, ci, ci]),
-        "mmv_stats_start": (vp, [vp]),
-        "mmv_stats_stop": (None, [cp, vp]),
-        "mmv_lookup_value_desc": (vp, [vp, cp, cp]),
-        "mmv_set_value": (None, [vp, vp, ctypes.c_double]),
-        "mmv_set_string": (None, [vp, vp, cp, ci]),
-    }
-    for name, (res, args) in sig.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-    return lib
-
-
-L_STRING, L_NUMBER = 1, 2  # mmv_stats_add_*_label value types (MMV_STRING_TYPE, ...)
-
-
-class CStrings:
-    """``b(text)``: text as bytes for a libpcp_mmv call, kept alive as long as this object
-    (the library keeps the pointers); None stays None."""
-
-    def __init__(self) -> None:
-        self.kept: list[bytes] = []
-
-    def __call__(self, text: str | None) -> bytes | None:
-        if text is None:
-            return None
-        self.kept.append(text.encode())
-        return self.kept[-1]
-
-
 def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool = False) -> Written:
-    """Write ``path`` with libpcp_mmv's registry API via ctypes, with labels of every kind
-    (so the library writes MMV v3).  ``long_names`` adds 64+ byte metric and instance
-    names.  ``handle`` is (library, registry, mapped address)."""
-    lib = _libpcp_mmv()
-    b = CStrings()
+    """Write ``path`` with libpcp_mmv's registry API (:mod:`tests.writers.libpcp_mmv`), with
+    labels of every kind (so the library writes MMV v3).  ``long_names`` adds 64+ byte
+    metric and instance names.  ``handle`` is the :class:`~tests.writers.libpcp_mmv.Registry`
+    (its mapping stays open)."""
+    from tests.writers.libpcp_mmv import LABEL_NUMBER, LABEL_STRING, Registry
 
-    reg = lib.mmv_stats_registry(b(str(path)), cluster, flags)
+    r = Registry(path, cluster, flags)
     long_inst = "i" * 70 if long_names else "third"
     insts = [(1, "first"), (2, "second"), (3, long_inst)]
-    lib.mmv_stats_add_indom(reg, 9, b("nine"), b("indom nine"))
-    for iid, name in insts:
-        lib.mmv_stats_add_instance(reg, 9, iid, b(name))  # 6.0.3 returns -1 on success too
+    r.indom(9, insts, "nine", "indom nine")
     wide = "c.wide." + "w" * 70 if long_names else "c.wide"
     spec = {
         "c.count": (1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, 9, "per instance", "long text"),
@@ -610,32 +558,20 @@ def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool =
         "c.text": (3, fmt.TYPE_STRING, fmt.SEM_DISCRETE, 0, None, "text", None),
     }
     for name, (item, mtype, sem, dim, serial, short, long_) in spec.items():
-        indom = -1 if serial is None else serial
-        rc = lib.mmv_stats_add_metric(
-            reg, b(name), item, mtype, sem, _Units(dim), indom, b(short), b(long_)
-        )
-        if rc < 0:
-            raise RuntimeError(f"mmv_stats_add_metric {name}")
+        r.metric(name, item, mtype, sem, dim, serial, short, long_)
     labels = [
         (fmt.LABEL_CLUSTER, cluster, -1, '{"app":"capi"}'),
         (fmt.LABEL_INDOM, 9, -1, '{"dom":9}'),
         (fmt.LABEL_ITEM, 1, -1, '{"met":1}'),
         (fmt.LABEL_INSTANCES | fmt.LABEL_OPTIONAL, 9, 2, '{"which":"second"}'),
     ]
-    lib.mmv_stats_add_registry_label(reg, b("app"), b('"capi"'), L_STRING, 0)
-    lib.mmv_stats_add_indom_label(reg, 9, b("dom"), b("9"), L_NUMBER, 0)
-    lib.mmv_stats_add_metric_label(reg, 1, b("met"), b("1"), L_NUMBER, 0)
-    lib.mmv_stats_add_instance_label(reg, 9, 2, b("which"), b('"second"'), L_STRING, 1)
-    addr = lib.mmv_stats_start(reg)
-    if not addr:
-        raise RuntimeError(f"mmv_stats_start failed (errno {ctypes.get_errno()})")
+    r.registry_label("app", '"capi"', LABEL_STRING)
+    r.indom_label(9, "dom", "9", LABEL_NUMBER)
+    r.metric_label(1, "met", "1", LABEL_NUMBER)
+    r.instance_label(9, 2, "which", '"second"', LABEL_STRING, optional=True)
+    r.start().set(wide, None, 2.5).set("c.text", None, "hello")
     values: dict[tuple[str, str | None], Any] = {(wide, None): 2.5, ("c.text", None): "hello"}
-    lib.mmv_set_value(addr, lib.mmv_lookup_value_desc(addr, b(wide), None), 2.5)
-    text = lib.mmv_lookup_value_desc(addr, b("c.text"), None)
-    lib.mmv_set_string(addr, text, b("hello"), 5)
     for iid, name in insts:
-        lib.mmv_set_value(addr, lib.mmv_lookup_value_desc(addr, b("c.count"), b(name)), iid * 10)
+        r.set("c.count", name, iid * 10)
         values[("c.count", name)] = iid * 10
-    return Written(
-        path, cluster, flags, spec, {9: insts}, values, labels, handle=(lib, reg, addr, b)
-    )
+    return Written(path, cluster, flags, spec, {9: insts}, values, labels, handle=r)

@@ -32,6 +32,7 @@ CONTEXT_LABELS = frozenset({"hostname", "domainname", "machineid", "userid", "gr
 
 NO_TEXT = "Error: One-line or help text is not available"
 BAD_PMID = "Error: Unknown or illegal metric identifier"
+BAD_INDOM = "Error: Unknown or illegal instance domain identifier"
 
 _HEAD = re.compile(r"^(\S+)(?: (?:\[(.*)\]|One-line Help: (Error: .*)))?$")
 _DESC = re.compile(r"^    Data Type: (.*)  InDom: (\S+) 0x[0-9a-f]+$")
@@ -87,12 +88,23 @@ def _inst(m: re.Match[str]) -> Instance:
 def parse_info(text: str) -> dict[str, Block]:
     """``pminfo`` output (any of -d -f -x -t -T -l) -> {name: Block}."""
     blocks: dict[str, Block] = {}
-    for chunk in re.split(r"\n\n+", text.strip("\n")):
-        lines = chunk.split("\n")
-        if not lines or not lines[0]:
-            continue
-        blocks_from_lines(lines, blocks)
+    for chunk in _paragraphs(text):
+        blocks_from_lines(chunk.split("\n"), blocks)
     return blocks
+
+
+def _paragraphs(text: str) -> list[str]:
+    """The paragraphs of pminfo output, one per metric: a blank line followed by a line that
+    is not a metric's first line is inside a help text (PCP 7's ``mmv.control.debug`` help
+    has blank lines), and is kept with its blank lines."""
+    parts = re.split(r"(\n\n+)", text.strip("\n"))
+    chunks: list[str] = []
+    for i in range(0, len(parts), 2):
+        if chunks and not _HEAD.match(parts[i].split("\n")[0]):
+            chunks[-1] += parts[i - 1] + parts[i]
+        elif parts[i]:
+            chunks.append(parts[i])
+    return chunks
 
 
 def blocks_from_lines(lines: list[str], out: dict[str, Block]) -> None:

@@ -185,12 +185,23 @@ class PrivatePmcd:
     Layout: ``pmcd.conf``, ``root`` (PMNS: pmcd's names plus each agent's dynamic root),
     ``agents/<name>.sh`` (wrappers), ``run/`` (PCP_RUN_DIR, unix socket), ``log/``
     (PCP_LOG_DIR and pmcd's cwd: ``pmcd.log`` and the agents' default logs), ``tmp/``
-    (PCP_TMP_DIR).  Use as a context manager, or :meth:`start`/:meth:`stop`."""
+    (PCP_TMP_DIR).  Use as a context manager, or :meth:`start`/:meth:`stop`.
 
-    def __init__(self, workdir: Path, agents: Sequence[AgentSpec], timeout: float = 30.0):
+    ``agent_timeout`` is pmcd's ``-t``: how long pmcd waits for an agent's answer before it
+    drops the agent (30 s, for a loaded test machine); None starts pmcd without ``-t``, with
+    its default (5 s), as the system pmcd runs."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        agents: Sequence[AgentSpec],
+        timeout: float = 30.0,
+        agent_timeout: float | None = 30.0,
+    ):
         self.workdir = make_dir(Path(workdir))
         self.agents = list(agents)
         self.timeout = timeout
+        self.agent_timeout = agent_timeout
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_dir = self.workdir / "log"
@@ -376,7 +387,9 @@ class PrivatePmcd:
         )
         argv = [str(binadm("pmcd")), "-f", "-A", "-p", str(self.port)]
         argv += ["-s", str(self.run_dir / "pmcd.socket"), "-c", str(self.conf)]
-        argv += ["-n", str(self.pmns), "-l", str(self.log_dir / "pmcd.log"), "-t", "30"]
+        argv += ["-n", str(self.pmns), "-l", str(self.log_dir / "pmcd.log")]
+        if self.agent_timeout is not None:
+            argv += ["-t", f"{self.agent_timeout:g}"]
         with open(self.log_dir / "pmcd.stderr", "ab") as stderr:
             self.proc = subprocess.Popen(
                 argv,
@@ -495,8 +508,12 @@ def private_pmcd(pcp_required: None, private_dir: Path) -> Iterator[Callable[...
     in ``private_dir/pmcd[N]`` and returns it; all are stopped at teardown."""
     started: list[PrivatePmcd] = []
 
-    def start(*agents: AgentSpec, timeout: float = 30.0) -> PrivatePmcd:
-        pmcd = PrivatePmcd(private_dir / f"pmcd{len(started) or ''}", agents, timeout)
+    def start(
+        *agents: AgentSpec, timeout: float = 30.0, agent_timeout: float | None = 30.0
+    ) -> PrivatePmcd:
+        pmcd = PrivatePmcd(
+            private_dir / f"pmcd{len(started) or ''}", agents, timeout, agent_timeout
+        )
         started.append(pmcd)
         pmcd.start()
         return pmcd

@@ -14,8 +14,18 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv import format as fmt
-from tests.mmvbuild import Metric, MmvBuilder, Value, sample, write_capi, write_pcp_mmv
-from tests.pmcd import PrivatePmcd, our_agent
+from tests.mmvbuild import (
+    Indom,
+    Instance,
+    Metric,
+    MmvBuilder,
+    Value,
+    sample,
+    write_capi,
+    write_pcp_mmv,
+)
+from tests.normalize import parse_info
+from tests.pmcd import PrivatePmcd, c_agent, our_agent
 
 Start = Callable[..., PrivatePmcd]
 CAPTURES = Path("/var/lib/pcp/testsuite/mmv")
@@ -190,9 +200,63 @@ def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Pat
     assert pmcd.fetch("mmv.control.files") == {None: "1"}
 
 
-def test_strict_drop_in_has_exactly_three_control_metrics(start_mmv: Start) -> None:
-    pmcd = start_mmv()
-    assert names(pmcd) == {"mmv.control.reload", "mmv.control.debug", "mmv.control.files"}
+def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_dir: Path) -> None:
+    """Two writers of one application (PCP QA 648: NOPREFIX, one cluster, the same metric,
+    instances of their own) serve one metric: ``mmv.control.metrics`` is 1, as C 7 counts."""
+    for name, inst in (("cats", 10), ("dogs", 0)):
+        b = MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(Indom(1, [Instance(inst, f"{name}{inst}")]))
+        b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1))
+        b.values.append(Value("animals.tag", inst, inst))
+        publish(b, private_mmv_dir / name)
+    pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))
+    assert pmcd.fetch("mmv.animals.tag") == {"cats10": "10", "dogs0": "0"}
+    assert pmcd.fetch("mmv.control.metrics") == {None: "1"}
+    assert pmcd.fetch("mmv.control.files") == {None: "2"}
+
+
+def test_strict_drop_in_has_the_c_agent_s_control_metrics(
+    start: Start, private_mmv_dir: Path
+) -> None:
+    """Names, descriptors and help of ``mmv.control.*`` are the installed C agent's (PCP 6:
+    three, an int ``control.debug``; PCP 7: ``control.metrics`` too, a string
+    ``control.debug``) and so are the values with no file."""
+    c = start(c_agent(private_mmv_dir.parent))
+    ours = start(our_agent(private_mmv_dir))
+    assert names(ours) == names(c) >= {"mmv.control.reload", "mmv.control.files"}
+    control = sorted(names(c))
+    c_info = c.run("pminfo", "-dtTf", *control)
+    assert c_info.returncode == 0, c_info.stderr
+    assert parse_info(ours.run("pminfo", "-dtTf", *control).stdout) == parse_info(c_info.stdout)
+
+
+def test_control_debug_follows_the_debug_option(start: Start, private_mmv_dir: Path) -> None:
+    """``-D appl0,pdu``: ``mmv.control.debug`` shows it as the C agent's does (PCP 6: the
+    legacy pmDebug bits; PCP 7: the options)."""
+    c = start(c_agent(private_mmv_dir.parent, "-D", "appl0,appl1"))
+    ours = start(our_agent(private_mmv_dir, "-D", "appl0,appl1"))
+    assert ours.fetch("mmv.control.debug") == c.fetch("mmv.control.debug")
+
+
+DEBUG_STORES = ["appl0", "pdu,appl1", "", "-pdu", "nonsense", "all", "3", "0"]
+
+
+def test_control_debug_stores_as_the_c_agent_does(start: Start, private_mmv_dir: Path) -> None:
+    """pmstore into ``mmv.control.debug``, then its value: each answer (stored, refused with
+    PM_ERR_CONV, the options that remain) is the C agent's of this PCP."""
+    c = start(c_agent(private_mmv_dir.parent))
+    ours = start(our_agent(private_mmv_dir))
+
+    def session(pmcd: PrivatePmcd) -> list[tuple[int, str, dict[str | None, str]]]:
+        answers = []
+        for value in DEBUG_STORES:
+            out = pmcd.run("pmstore", "mmv.control.debug", value)
+            answers.append(
+                (out.returncode, out.stdout + out.stderr, pmcd.fetch("mmv.control.debug"))
+            )
+        return answers
+
+    assert session(ours) == session(c)
 
 
 def test_dbpmda_session(private_mmv_dir: Path, tmp_path: Path) -> None:

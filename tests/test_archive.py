@@ -2,7 +2,7 @@
 archive then replays names, units, instances, labels and help intact, and no PMID changes
 meaning during the recording.
 
-One private pmcd serves a directory of libpcp_mmv files (tests/test_differential.Registry):
+One private pmcd serves a directory of libpcp_mmv files (tests.writers.libpcp_mmv.Registry):
 
 * ``steady`` (cluster 20): a counter and a per-instance gauge, updated 4 times a second,
   with labels at cluster, item, indom and instance level and help text;
@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from tests.pmcd import PrivatePmcd, make_dir, our_agent
-from tests.test_differential import COUNT, COUNTER, DOUBLE, L_STRING, U32, U64, Registry
+from tests.test_differential import COUNT, COUNTER, DOUBLE, U32, U64
+from tests.writers.libpcp_mmv import LABEL_STRING, Registry
 
 pytestmark = pytest.mark.pmcd
 
@@ -54,10 +55,10 @@ def steady(mmv_dir: Path) -> Registry:
     r = Registry(mmv_dir / "steady", 20).indom(1, [(0, "a"), (1, "b")], "two", "two instances")
     r.metric("count", 1, U64, COUNTER, COUNT, short="a counter", long="counts up")
     r.metric("g", 2, DOUBLE, indom=1, short="gauge")
-    r.label("registry", "app", '"steady"', L_STRING)
-    r.label("metric", "m", '"count"', L_STRING, ident=1)
-    r.label("indom", "dom", '"two"', L_STRING, ident=1)
-    r.label("instance", "which", '"first"', L_STRING, ident=1, inst=0)
+    r.registry_label("app", '"steady"', LABEL_STRING)
+    r.metric_label(1, "m", '"count"', LABEL_STRING)
+    r.indom_label(1, "dom", '"two"', LABEL_STRING)
+    r.instance_label(1, 0, "which", '"first"', LABEL_STRING)
     return r.start()
 
 
@@ -168,8 +169,15 @@ def replay(archive: Path, *metrics: str) -> list[dict[str, str]]:
     )
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()
-    columns = [c.strip('"') for c in header.split(",")]
+    columns = [column_key(c.strip('"')) for c in header.split(",")]
     return [dict(zip(columns, row.split(","), strict=True)) for row in rows]
+
+
+def column_key(column: str) -> str:
+    """A pmrep CSV column as ``metric[instance]``: pmrep 7.x writes that, 6.x writes
+    ``metric-instance`` (metric names never contain ``-``)."""
+    metric, dash, inst = column.partition("-")
+    return f"{metric}[{inst}]" if dash and "[" not in metric else column
 
 
 def test_pmids_keep_one_meaning(recording: Recording) -> None:
@@ -229,7 +237,7 @@ def test_values_replayed(recording: Recording) -> None:
     counts = [int(r["mmv.steady.count"]) for r in rows]
     assert counts == sorted(counts) and len(set(counts)) > RECORD // 2
     assert set(counts) <= recording.counts
-    assert {float(r["mmv.steady.g-a"]) * 2 for r in rows} <= recording.counts
+    assert {float(r["mmv.steady.g[a]"]) * 2 for r in rows} <= recording.counts
     assert {r["mmv.auto.y"] for r in rows} == {"2"}, "auto's PMID kept its meaning"
 
     def life(column: str) -> str:
@@ -238,9 +246,9 @@ def test_values_replayed(recording: Recording) -> None:
 
     assert life("mmv.leaving.x") == "+."
     assert life("mmv.arriving.z") == life("mmv.auto2.w") == ".+"
-    assert life("mmv.regen.v-one") == "+." and life("mmv.regen.v-three") == ".+"
-    assert {r["mmv.regen.v-two"] for r in rows} == {"2", "22"}
-    assert next(r["mmv.regen.v-three"] for r in rows if r["mmv.regen.v-three"]) == "3"
+    assert life("mmv.regen.v[one]") == "+." and life("mmv.regen.v[three]") == ".+"
+    assert {r["mmv.regen.v[two]"] for r in rows} == {"2", "22"}
+    assert next(r["mmv.regen.v[three]"] for r in rows if r["mmv.regen.v[three]"]) == "3"
 
 
 def test_labels_and_help_replayed(recording: Recording) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,84 @@ def test_indom_serials_pack_like_the_reference_and_never_alias(
     big = cat.add(load(tmp_path, "big", high))
     assert low is not None and big is not None
     assert low.indoms[3].serial == (12 << 11) | 3
-    assert big.indoms[3].serial in range(1, 2048)
+    assert big.indoms[3].serial == ((3000 << 11) | 3) & 0x3FFFFF  # as C: it aliases nothing
     assert big.indoms[3].serial != low.indoms[3].serial
+
+
+def indoms(cluster: int, *serials: int) -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster, version=2)
+    for s in serials:
+        b.indoms.append(Indom(s, [Instance(s % 1000, f"i{s}")]))
+    return b
+
+
+def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) -> None:
+    # C packs (1, 4097) and (3, 1) into one indom, 6145: the first served keeps 6145
+    cat = Catalogue()
+    p = cat.add(load(tmp_path, "p", indoms(1, 4097)))
+    q = cat.add(load(tmp_path, "q", indoms(3, 1)))
+    assert p is not None and q is not None
+    assert p.indoms[4097].serial == 6145 and q.indoms[1].serial not in (0, 6145)
+    mine = q.indoms[1].serial
+    assert mine == catalogue.derived_indom("q", 1)  # not load-order dependent
+    for _ in range(3):  # q's writer restarts, p goes and comes back
+        cat.remove("q")
+        cat.remove("p")
+        p = cat.add(load(tmp_path, "p", indoms(1, 4097)))
+        q = cat.add(load(tmp_path, "q", indoms(3, 1)))
+        assert p is not None and q is not None
+        assert (p.indoms[4097].serial, q.indoms[1].serial) == (6145, mine)
+
+
+def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
+    files = [load(tmp_path, "p", indoms(1, 4097)), load(tmp_path, "q", indoms(3, 1))]
+    cat = Catalogue()
+    wanted = cat.wanted_indoms(files)
+    p, q = (cat.add(f, None, wanted) for f in files)
+    assert p is not None and q is not None
+    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == catalogue.derived_indom(
+        "p", 4097
+    )
+
+
+def test_a_file_full_of_overflowing_indoms_drains_nothing(tmp_path: Path) -> None:
+    # issue 17: 2,047 empty indoms of serial >= 2048 used to take every pool serial
+    cat = Catalogue()
+    drain = cat.add(load(tmp_path, "drain", indoms(5, *range(2048, 2048 + 2047))))
+    victim = sample()
+    victim.cluster = 3000
+    entry = cat.add(load(tmp_path, "victim", victim))
+    assert drain is not None and entry is not None
+    assert len(set(si.serial for si in drain.indoms.values())) == 2047
+    assert not entry.problems and entry.indoms[3].serial == ((3000 << 11) | 3) & 0x3FFFFF
+
+
+def per_instance(name: str, item: int, *instances: tuple[int, str]) -> MmvBuilder:
+    """Cluster 30, indom serial 5 holding ``instances``, metric ``name`` at ``item`` on it."""
+    b = MmvBuilder(cluster=30, version=2)
+    b.indoms.append(Indom(5, [Instance(i, n) for i, n in instances]))
+    b.metrics.append(Metric(name, item, indom=5))
+    b.values += [Value(name, i, i) for i, _ in instances]
+    return b
+
+
+def test_a_stranger_cannot_join_a_cluster_or_its_indoms(tmp_path: Path) -> None:
+    # issue 17: another file's cluster and indom serial, its own metric at another item: it
+    # agrees with the victim, but another user wrote it
+    cat = Catalogue()
+    vic = cat.add(load(tmp_path, "vic", per_instance("per", 1, (1, "mine"))))
+    per_instance("x", 2, (2, "theirs")).write(tmp_path / "att")
+    os.chown(tmp_path / "att", 65534, 65534)
+    att = cat.add(MmvFile.open(str(tmp_path / "att")))
+    assert vic is not None and att is not None
+    assert vic.cluster == 30 and att.cluster != 30
+    victim_indom = vic.indoms[5].serial
+    assert [i.external for i in cat.instances(victim_indom)] == ["mine"]
+    assert [i.external for i in cat.instances(att.indoms[5].serial)] == ["theirs"]
+    # the same owner may join (PCP QA 648's writers)
+    friend = cat.add(load(tmp_path, "friend", per_instance("y", 3, (3, "ours"))))
+    assert friend is not None and friend.cluster == 30
+    assert [i.external for i in cat.instances(victim_indom)] == ["ours", "mine"]  # name order
 
 
 def test_descriptors_elapsed_and_semantics_zero(tmp_path: Path, cat: Catalogue) -> None:

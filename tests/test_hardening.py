@@ -905,13 +905,25 @@ def started_long_ago() -> int:
 
 @pytest.mark.parametrize(
     "case,served",
-    [("dead", False), ("reused", False), ("negative", False), ("zero", True), ("one", True)],
+    [
+        ("dead", False),
+        ("reused", False),
+        ("reused_seconds", False),
+        ("seconds", True),
+        ("negative", False),
+        ("zero", True),
+        ("one", True),
+    ],
 )
 def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: bool) -> None:
-    now = int(psutil.Process().create_time()) << 32
+    started = psutil.Process().create_time()
+    now = int(started) << 32
     pid, generation = {
         "dead": (dead_pid(), now),
         "reused": (os.getpid(), started_long_ago()),
+        # Speed, Parfait and Hornet: the creation time in plain Unix seconds
+        "reused_seconds": (os.getpid(), int(started) - 3600),
+        "seconds": (os.getpid(), int(time.time())),
         "negative": (-1, now),
         "zero": (0, now),
         "one": (1, now),
@@ -957,9 +969,94 @@ def test_file_disappears_at_the_next_request_after_its_writer_exits(
         child.send_signal(signal.SIGKILL)
         child.wait(30)
     assert path.exists()  # killed: the file stays behind, as after a crash
-    time.sleep(0.5)  # past the agent's 50 ms rate limit on liveness checks (scanner)
     assert agent.probe("mmv.child.alive")["mmv.child.alive"].startswith(UNKNOWN_NAME)
     agent.assert_explained(path, "exited", f"writer process {child.pid} has exited")
+    agent.assert_alive()
+
+
+MANY_FILES_WRITER = """
+import sys
+from pcp import mmv, pmapi
+writers = []
+for k in range(int(sys.argv[2])):
+    w = mmv.MemoryMappedValues(f"{sys.argv[1]}{k:03d}", flags=2, cluster=300 + k)
+    w.add_metrics([mmv.mmv_metric("alive", 1, 1, 3, pmapi.pmUnits(), 0xFFFFFFFF)])
+    w.start()
+    w.lookup_set("alive", "", k)
+    writers.append(w)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_every_file_of_an_exited_writer_goes_at_the_next_request(
+    agent: Agent, scratch: Scratch
+) -> None:
+    # more files than one periodic check looks at (64): all go at the very next request
+    count = 100
+    prefix = scratch.path("many")
+    names = [scratch.path(f"many{k:03d}").name for k in range(count)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", MANY_FILES_WRITER, str(prefix), str(count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        metrics = [f"mmv.{name}.alive" for name in names]
+        assert agent.probe(*metrics) == {m: f"1 {k}" for k, m in enumerate(metrics)}
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    got = agent.probe(*metrics)
+    assert [m for m in metrics if not got[m].startswith(UNKNOWN_NAME)] == []
+    states = agent.pmcd.fetch("mmv.control.file.state")
+    assert {states[name] for name in names} == {'"exited"'}
+    agent.assert_alive()
+
+
+# -- identity that strangers cannot borrow (issue 17) ------------------------------------------
+
+
+def per_instance(cluster: int, serial: int, metric: str, item: int, *insts: str) -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster, version=2)
+    b.indoms.append(Indom(serial, [Instance(k, n) for k, n in enumerate(insts)]))
+    b.metrics.append(Metric(metric, item, indom=serial))
+    b.values += [Value(metric, k, 10 + k) for k in range(len(insts))]
+    return b
+
+
+def instances(agent: Agent, metric: str) -> str:
+    return agent.pmcd.run("pmprobe", "-I", metric).stdout.strip()
+
+
+def test_a_stranger_asking_for_a_cluster_and_indom_cannot_borrow_them(
+    agent: Agent, scratch: Scratch
+) -> None:
+    # the victim's cluster and indom serial, a metric of its own at another item: it agrees
+    # with the victim, so it could share, but another user wrote it
+    scratch.put("vic", per_instance(34, 5, "per", 1, "mine"))
+    assert instances(agent, "mmv.vic.per") == 'mmv.vic.per 1 "mine"'
+    path = scratch.put("att", per_instance(34, 5, "x", 2, "theirs", "also_theirs"))
+    os.chown(path, 65534, 65534)
+    assert instances(agent, "mmv.vic.per") == 'mmv.vic.per 1 "mine"'
+    assert instances(agent, "mmv.att.x") == 'mmv.att.x 2 "theirs" "also_theirs"'
+    assert pmid(agent, "mmv.vic.per") == "70.34.1" and pmid(agent, "mmv.att.x") != "70.34.2"
+    agent.assert_alive()
+
+
+def test_a_file_of_many_overflowing_indoms_drains_nothing(agent: Agent, scratch: Scratch) -> None:
+    # 2,047 empty indoms of serial >= 2048 used to take every PCP serial the agent had for
+    # such indoms; another user's metric then lost its indom, and stayed without it
+    drain = MmvBuilder(cluster=35, version=2)
+    drain.indoms += [Indom(2048 + k) for k in range(2047)]
+    scratch.put("drain", drain)
+    agent.assert_alive()
+    assert len(drain.build().data) < 70_000
+    scratch.put("needs", per_instance(36, 5000, "m", 1, "a", "b"))
+    assert agent.probe("mmv.needs.m")["mmv.needs.m"] == "2 10 11"
+    assert agent.status("needs") == ("ok", "")
     agent.assert_alive()
 
 

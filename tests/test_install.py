@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pmda_mmv import pcpcompat
 from tests import mmvbuild
 from tests.pmcd import CHECKOUT, LAUNCHER, pcp_config, require_pcp
 
@@ -160,7 +161,7 @@ def test_install_serves_real_files_from_our_agent_and_remove_restores_stock(
         "1",
         str(stock.written.values[("py.counter", None)]),
     ]
-    assert system_fetch("mmv.control.metrics"), "--status-metrics is on for ./Install"
+    assert system_fetch("mmv.control.file.state"), "--status-metrics is on for ./Install"
     # the process pmcd runs is ours, named pmdammv, from this checkout's venv, as user pcp
     (agent,) = our_agents()
     assert agent.cmdline()[0] == str(VENV / "bin" / "pmdammv")
@@ -184,7 +185,9 @@ def test_dropin_dir_behaves_as_pcp_qa_expects(stock: Stock) -> None:
     # QA runs the PMDA directory's own scripts, answering "dso", without our options
     ours = sh("./Install", cwd=MMVDIR, stdin="dso\n")
     assert mmv_line()[-3:] == ["-d", "70", "--notready"]
-    assert system_fetch("mmv.control.metrics") == {}, "strict drop-in: no status metrics"
+    # strict drop-in: no status metrics (mmv.control.metrics only where C has it, PCP 7)
+    assert system_fetch("mmv.control.file.state") == {}
+    assert bool(system_fetch("mmv.control.metrics")) == pcpcompat.debug_options()
     assert_written_values_served(stock.written)
     removed = sh("./Remove", cwd=MMVDIR)
     assert "Check mmv metrics have gone away ... OK" in removed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from pmda_mmv import format as fmt
+from pmda_mmv import pcpcompat
 from pmda_mmv.pmidhash import (
     NODES,
     PMDA_EXT_FLAG_HASHED,
@@ -31,7 +33,7 @@ from pmda_mmv.pmidhash import (
     writable_regions,
 )
 from tests.mmvbuild import Metric, MmvBuilder, Value
-from tests.pmcd import PrivatePmcd, our_agent, pcp_config
+from tests.pmcd import PrivatePmcd, our_agent
 
 REBUILDS = textwrap.dedent(
     """
@@ -89,18 +91,16 @@ def rebuilds(reset: bool) -> tuple[int, int, int]:
     return grown, nodes, pmids
 
 
-def pcp_version() -> tuple[int, ...]:
-    return tuple(int(p) for p in pcp_config("PCP_VERSION", "0").split(".")[:3] if p.isdigit())
-
-
 @pytest.mark.xfail(
-    pcp_version() < (7, 0, 1),
-    reason="PCP < 7.0.1: pmdaRehash never lowers the hash's node count (upstream 737a18aca2)",
+    pcpcompat.pmid_hash_defect(),
+    reason="PCP < 7.0.1 (6.0.3, 6.3.8): pmdaRehash never lowers the hash's node count "
+    "(upstream 737a18aca2), as pcpcompat.pmid_hash_defect() finds",
     raises=AssertionError,
     strict=True,
 )
 def test_libpcp_pmda_rebuilds_keep_their_size() -> None:
-    """Left alone, PCP 6.0.3's count reaches 1.5 million and the rebuilds 3.9 MB more."""
+    """Left alone, PCP 6.0.3's count reaches 1.5 million and the rebuilds 3.9 MB more.
+    Strict both ways: the probe the agent uses must say what real rebuilds do."""
     grown, nodes, pmids = rebuilds(reset=False)
     assert nodes <= 2 * pmids and grown < 256 << 10, (grown, nodes)
 
@@ -281,3 +281,28 @@ def test_agent_keeps_the_count_down_under_churn(
     nodes, pmids = count.count()
     count.close()
     assert 0 < pmids < 100 and nodes <= 2 * 100 + pmids, (nodes, pmids)
+
+
+def mem_descriptors(pid: int) -> list[str]:
+    """The agent's open descriptors on a /proc/PID/mem (what PmidHashCount keeps open)."""
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return [target for target in fds if re.fullmatch(r"/proc/\d+/mem", target)]
+
+
+@pytest.mark.parametrize("extra", [(), ("--no-pmid-hash-reset",)])
+def test_reset_runs_only_where_the_defect_is(
+    private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path, extra: tuple[str, ...]
+) -> None:
+    """The agent opens /proc/self/mem for the reset only where libpcp has the defect
+    (PCP < 7.0.1) and it is not switched off; elsewhere nothing of pmidhash runs."""
+    wide(5, 3).write(private_mmv_dir / "wide")
+    pmcd = private_pmcd(our_agent(private_mmv_dir, *extra))
+    assert pmcd.run("pmprobe", "mmv.wide.m2").stdout.split() == ["mmv.wide.m2", "1"]
+    [pid] = [p for p in pmcd.agent_processes() if "pmda_mmv" in psutil.Process(p).cmdline()]
+    expected = pcpcompat.pmid_hash_defect() and not extra
+    assert bool(mem_descriptors(pid)) == expected

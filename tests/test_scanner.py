@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -14,8 +15,19 @@ import pytest
 from pmda_mmv import catalogue
 from pmda_mmv import format as fmt
 from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.scanner import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, REFUSED, Scanner
-from tests.mmvbuild import Metric, MmvBuilder, Value, sample
+from pmda_mmv.scanner import (
+    EXITED,
+    NOT_READY,
+    NOT_READY_GRACE,
+    OK,
+    PARTIAL,
+    REFUSED,
+    RETRY_BUDGET,
+    RETRY_FIRST,
+    RETRY_MAX,
+    Scanner,
+)
+from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, sample
 
 
 def one(cluster: int = 1, value: int = 1, **kw: int) -> MmvBuilder:
@@ -127,8 +139,94 @@ def test_not_ready_is_retried_quietly_then_served(d: Dir) -> None:
         d.refresh()
     assert len([line for line in d.logged if "/a:" in line]) == 1  # it stayed: explained once
     b.write(d.path / "a")
+    d.now += RETRY_MAX  # no event for an in-place write: its backoff retries it
     assert d.refresh() == ([], ["a"])
     assert not d.scanner.pending
+
+
+def never_ready(path: Path) -> None:
+    image = one().build()
+    image.data[16:24] = b"\0" * 8  # g2 = 0
+    image.write(path)
+
+
+def make_ready_unseen(path: Path) -> None:
+    """Finish the file in place and put its mtime back: only a retry can see it."""
+    st = path.stat()
+    one().write(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def retry_times(d: Dir, n: int, step: float = 0.01) -> list[float]:
+    """Refresh every ``step`` seconds of the scanner's clock until ``n`` retries happened;
+    the clock at each."""
+    times = []
+    while len(times) < n:
+        before = d.scanner.retries
+        d.refresh()
+        if d.scanner.retries != before:
+            times.append(d.now)
+        d.now += step
+    d.now -= step
+    return times
+
+
+def test_not_ready_backoff_doubles_to_a_few_seconds(d: Dir) -> None:
+    never_ready(d.path / "a")
+    d.refresh()  # seen
+    assert d.scanner.retries == 0
+    d.refresh()  # retried at the next request
+    assert d.scanner.retries == 1
+    times = [d.now, *retry_times(d, 12)]
+    waits = [b - a for a, b in itertools.pairwise(times)]
+    want = [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2] + [RETRY_MAX] * 5
+    assert waits == pytest.approx(want, abs=0.011)  # the clock moves in steps of 0.01
+    make_ready_unseen(d.path / "a")
+    d.refresh()
+    assert d.state("a") == NOT_READY  # its next retry is not due
+    d.now += RETRY_MAX
+    d.refresh()
+    assert d.state("a") == OK
+
+
+def test_not_ready_retried_at_once_on_an_event_for_it(d: Dir) -> None:
+    never_ready(d.path / "a")
+    retry_times(d, 8)
+    make_ready_unseen(d.path / "a")
+    d.refresh()
+    assert d.state("a") == NOT_READY
+    d.scanner.mark_dirty("a")  # what the watcher does for the writer's close-after-write
+    d.refresh()
+    assert d.state("a") == OK
+
+
+def test_not_ready_retried_at_once_when_its_stat_changes_in_a_rescan(d: Dir) -> None:
+    never_ready(d.path / "a")
+    retry_times(d, 8)
+    one().write(d.path / "a")  # mtime changes
+    (d.path / "other").write_bytes(b"")  # the directory changes: a rescan
+    d.refresh()
+    assert d.state("a") == OK
+
+
+def test_not_ready_retries_per_request_are_bounded_new_files_first(d: Dir) -> None:
+    for i in range(RETRY_BUDGET * 3):
+        never_ready(d.path / f"w{i:03d}")
+    d.refresh()
+    for _ in range(6):
+        d.now += RETRY_MAX
+        d.refresh()
+        d.refresh()  # every file has waited the longest delay by now
+    before = d.scanner.retries
+    d.now += RETRY_MAX
+    d.refresh()
+    assert d.scanner.retries - before == RETRY_BUDGET
+    (d.path / "new").write_bytes(b"")  # seen at the rescan, first retry at the next request
+    d.refresh()
+    assert d.state("new") == NOT_READY
+    one().write(d.path / "new")  # in place: only a retry finds it
+    d.refresh()
+    assert d.state("new") == OK  # ahead of the RETRY_BUDGET * 2 files that wait
 
 
 def test_status_instance_ids_are_never_reused_and_departed_names_bounded(
@@ -161,6 +259,7 @@ def test_empty_file_is_not_ready_until_written(d: Dir) -> None:
     d.refresh()
     assert d.state("a") == NOT_READY and d.scanner.pending
     one().write(d.path / "a")  # the same inode, sized and written
+    d.now += RETRY_FIRST
     d.refresh()
     assert d.served() == {"a"}
     assert [line for line in d.logged if "size 0" in line] == []
@@ -360,3 +459,141 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
     scanner.refresh()
     assert scanner.states["big"].state == REFUSED
     assert f"exceeds {size - 1}" in scanner.states["big"].last_problem
+
+
+def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) -> None:
+    # issue 17: 4,095 tiny files take every cluster; the refusal must not stay cached on
+    # the refused file's unchanged stat
+    for i in range(fmt.MAX_CLUSTER + 1):
+        one(cluster=0).write(d.path / f"t{i:04d}")
+    d.refresh()
+    last = f"t{fmt.MAX_CLUSTER:04d}"
+    assert len(d.served()) == fmt.MAX_CLUSTER and d.state(last) == REFUSED
+    assert "no free cluster" in d.scanner.states[last].last_problem
+    d.refresh()
+    assert d.state(last) == REFUSED
+    os.unlink(d.path / "t0007")
+    removed, added = d.refresh()
+    assert (removed, added) == (["t0007"], [last])
+    assert d.scanner.catalogue.files[last].cluster == 8  # t0007's (cluster 0 is the agent's)
+
+
+def test_indom_left_out_for_want_of_a_serial_is_served_when_one_frees_up(d: Dir) -> None:
+    # A file (cluster 2048, where C's number is the serial itself) holding the victim's C
+    # number and every number its search for one of its own would try.
+    victim = MmvBuilder(cluster=3, version=2)
+    victim.indoms.append(Indom(1, [Instance(0, "only")]))
+    victim.metrics.append(Metric("m", 1, indom=1))
+    victim.values.append(Value("m", 0, 5))
+    start = catalogue.derived_indom("victim", 1)
+    squat = MmvBuilder(cluster=2048, version=2)
+    numbers = {(3 << 11) | 1} | {(start - 1 + k) % catalogue.INDOM_MASK + 1 for k in range(4096)}
+    squat.indoms += [Indom(n) for n in sorted(numbers)]
+    squat.write(d.path / "squat")
+    d.refresh()
+    victim.write(d.path / "victim")
+    d.refresh()
+    assert d.state("victim") == PARTIAL and not d.scanner.catalogue.files["victim"].metrics
+    assert any("no free PCP indom serial" in p for p in d.scanner.states["victim"].problems)
+    os.unlink(d.path / "squat")
+    d.refresh()
+    assert d.state("victim") == OK
+    assert d.scanner.catalogue.files["victim"].indoms[1].serial == (3 << 11) | 1
+
+
+@pytest.fixture(params=[True, False], ids=["pidfd", "psutil"])
+def pidfd(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+def sleeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, pidfd: bool) -> None:
+    d = Dir(tmp_path)
+    d.scanner = Scanner(str(tmp_path), Catalogue(), pidfd=pidfd, check_interval=3600)
+    children = [sleeper() for _ in range(3)]
+    try:
+        for k, child in enumerate(children):
+            b = one(cluster=k + 1, flags=fmt.FLAG_PROCESS, process=child.pid)
+            b.generation = int(time.time()) << 32
+            b.write(tmp_path / f"p{k}")
+        d.refresh()  # the first refresh always checks every served file
+        assert d.served() == {"p0", "p1", "p2"}
+        children[0].kill()
+        children[0].wait()  # reaped
+        children[1].kill()  # a zombie: it has exited, its parent has not reaped it yet
+        while psutil.Process(children[1].pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        d.refresh()
+        if pidfd:  # the next request, whatever the check interval
+            assert d.served() == {"p2"}
+            assert d.state("p0") == d.state("p1") == EXITED
+        else:  # psutil: at the periodic check; a zombie still runs for psutil, as for C
+            assert d.served() == {"p0", "p1", "p2"}
+            d.scanner.check_interval = 0
+            d.refresh()
+            assert d.served() == {"p1", "p2"}
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_pid_reuse_detected_for_plain_seconds_generations(d: Dir) -> None:
+    # Speed, Parfait and Hornet write the creation time in plain Unix seconds
+    child = sleeper()
+    try:
+        started = psutil.Process(child.pid).create_time()
+        for name, generation in (("stale", int(started) - 3600), ("fresh", int(started) + 1)):
+            b = one(cluster=len(name), flags=fmt.FLAG_PROCESS, process=child.pid)
+            b.generation = generation
+            b.write(d.path / name)
+        d.refresh()
+        assert d.state("stale") == EXITED and d.state("fresh") == OK
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> None:
+    # The agent's own reads of a waiting file come back as inotify open/close events; they
+    # must not count as the event that retries it at once.  The scanner's clock stands
+    # still, so no backoff retry can be due.
+    from pmda_mmv.watcher import Watcher
+
+    never_ready(d.path / "a")
+    watcher = Watcher(str(d.path), d.scanner.mark_dirty)
+    watcher.ensure()
+    try:
+        for _ in range(6):
+            d.refresh()
+            time.sleep(0.1)  # events of the refresh's reads arrive meanwhile
+        assert d.scanner.retries == 1  # the retry at the next request, no more
+        with open(d.path / "a", "r+b") as f:  # the writer finishes with write(2)
+            f.write(bytes(one().build().data))
+        deadline = time.monotonic() + 10
+        while d.state("a") != OK and time.monotonic() < deadline:
+            d.refresh()
+            time.sleep(0.01)
+        assert d.state("a") == OK
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize(
+    ("g1", "created"),
+    [
+        ((1_700_000_000 << 32) | 250_000, 1_700_000_000.25),  # libpcp_mmv
+        (1_700_000_000, 1_700_000_000.0),  # Speed, Parfait, Hornet: plain seconds
+        (1, None),  # a counter
+        (0x5F5E1000000001, None),  # a counter in the high word
+        ((1_700_000_000 << 32) | 1_000_000, None),  # not microseconds
+        (int(time.time()) + 3 * 86400, None),  # seconds in the future
+        (946684799, None),  # before 2000
+    ],
+    ids=["libpcp_mmv", "seconds", "counter", "high-counter", "bad-usec", "future", "old"],
+)
+def test_generation_time_decided_by_plausibility(g1: int, created: float | None) -> None:
+    assert fmt.generation_time(g1, time.time()) == created

@@ -9,18 +9,17 @@ Redis, pmseries) with the writer's input instead of with a copy of an expected o
 
 from __future__ import annotations
 
-import ctypes
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pmda_mmv import format as fmt
-from tests.mmvbuild import COUNT, L_NUMBER, L_STRING, MSEC, CStrings, _libpcp_mmv, _Units
+from tests.mmvbuild import COUNT, MSEC
+from tests.writers.libpcp_mmv import LABEL_BOOLEAN, LABEL_NUMBER, LABEL_STRING, Registry
 
 CLUSTER = 321
 SERIAL = 7
-L_BOOLEAN = 3  # MMV_BOOLEAN_TYPE (mmv_stats.h); L_STRING, L_NUMBER come from mmvbuild
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,8 @@ class FleetFile:
 
 def write_fleet(path: Path) -> FleetFile:
     """Write ``path`` with libpcp_mmv (``mmv_stats_registry`` ... ``mmv_stats_start``) and
-    set its values; raises RuntimeError when the library refuses a step, OSError when
-    libpcp_mmv cannot be loaded."""
-    lib = _libpcp_mmv()
-    b = CStrings()
-
+    set its values; raises MmvError (a RuntimeError) when the library refuses a step,
+    OSError when libpcp_mmv cannot be loaded."""
     instances = [(1, "alpha"), (2, "beta"), (3, "gamma")]
     metrics = {
         m.name: m
@@ -100,64 +96,37 @@ def write_fleet(path: Path) -> FleetFile:
         instance_labels={"beta": {"role": "leader"}, "gamma": {"canary": True}},
         optional={"canary"},
     )
-    reg = lib.mmv_stats_registry(b(str(path)), CLUSTER, 0)
-    if not reg:
-        raise RuntimeError(f"mmv_stats_registry {path} failed")
-    lib.mmv_stats_add_indom(reg, SERIAL, b("backends"), b("One instance per backend"))
-    for internal, external in instances:
-        lib.mmv_stats_add_instance(reg, SERIAL, internal, b(external))  # -1 on success in 6.0.3
+    r = Registry(path, CLUSTER).indom(SERIAL, instances, "backends", "One instance per backend")
     for m in metrics.values():
-        indom = -1 if m.indom is None else m.indom
-        rc = lib.mmv_stats_add_metric(
-            reg, b(m.name), m.item, m.type, m.semantics, _Units(m.units), indom,
-            b(m.shorthelp), b(m.shorthelp + ".")
-        )  # fmt: skip
-        if rc < 0:
-            raise RuntimeError(f"mmv_stats_add_metric {m.name} failed")
-    _add_labels(lib, reg, ff, b)
-    addr = lib.mmv_stats_start(reg)
-    if not addr:
-        raise RuntimeError(f"mmv_stats_start {path} failed (errno {ctypes.get_errno()})")
+        r.metric(m.name, m.item, m.type, m.semantics, m.units, m.indom, m.shorthelp,
+                 m.shorthelp + ".")  # fmt: skip
+    _add_labels(r, ff)
+    r.start()
     for m in metrics.values():
         for inst, value in m.values.items():
-            desc = lib.mmv_lookup_value_desc(addr, b(m.name), b(inst))
-            if isinstance(value, str):
-                lib.mmv_set_string(addr, desc, b(value), len(value))
-            else:
-                lib.mmv_set_value(addr, desc, float(value))
-    ff.handle = (lib, reg, addr, b)
+            r.set(m.name, inst, value)
+    ff.handle = r
     return ff
 
 
-def _label_args(labels: dict[str, Any], b: Any) -> list[tuple[bytes, bytes, int]]:
+def _label_args(labels: dict[str, Any]) -> list[tuple[str, str, int]]:
     """(name, JSON value, MMV_*_TYPE) for each label: libpcp_mmv takes the value as JSON."""
     out = []
     for name, value in labels.items():
-        kind = {str: L_STRING, bool: L_BOOLEAN}.get(type(value), L_NUMBER)
-        out.append((b(name), b(json.dumps(value)), kind))
+        kind = {str: LABEL_STRING, bool: LABEL_BOOLEAN}.get(type(value), LABEL_NUMBER)
+        out.append((name, json.dumps(value), kind))
     return out
 
 
-def _add_labels(lib: Any, reg: int, ff: FleetFile, b: Any) -> None:
-    def ok(rc: int, what: str) -> None:
-        if rc < 0:
-            raise RuntimeError(f"mmv_stats_add_{what}_label failed ({rc})")
-
-    def opt(name: bytes) -> int:
-        return int(name.decode() in ff.optional)
-
-    for name, value, kind in _label_args(ff.cluster_labels, b):
-        ok(lib.mmv_stats_add_registry_label(reg, name, value, kind, opt(name)), "registry")
+def _add_labels(r: Registry, ff: FleetFile) -> None:
+    for name, value, kind in _label_args(ff.cluster_labels):
+        r.registry_label(name, value, kind, name in ff.optional)
     for metric, labels in ff.item_labels.items():
-        item = ff.metrics[metric].item
-        for name, value, kind in _label_args(labels, b):
-            ok(lib.mmv_stats_add_metric_label(reg, item, name, value, kind, opt(name)), "metric")
-    for name, value, kind in _label_args(ff.indom_labels, b):
-        ok(lib.mmv_stats_add_indom_label(reg, ff.serial, name, value, kind, opt(name)), "indom")
+        for name, value, kind in _label_args(labels):
+            r.metric_label(ff.metrics[metric].item, name, value, kind, name in ff.optional)
+    for name, value, kind in _label_args(ff.indom_labels):
+        r.indom_label(ff.serial, name, value, kind, name in ff.optional)
     internal = {ext: i for i, ext in ff.instances}
     for inst, labels in ff.instance_labels.items():
-        for name, value, kind in _label_args(labels, b):
-            rc = lib.mmv_stats_add_instance_label(
-                reg, ff.serial, internal[inst], name, value, kind, opt(name)
-            )
-            ok(rc, "instance")
+        for name, value, kind in _label_args(labels):
+            r.instance_label(ff.serial, internal[inst], name, value, kind, name in ff.optional)

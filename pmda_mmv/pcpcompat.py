@@ -1,0 +1,221 @@
+"""Every difference between the PCP and python3-pcp versions pmda-mmv runs on, in one place.
+
+The agent is a drop-in for the C ``pmdammv`` of the PCP it is installed with (tested on
+6.0.3, 6.3.8 and 7.2.2).  What differs between those versions is decided here, by probing
+the installed libpcp for a feature wherever one shows the difference:
+
+* :func:`debug_options`: libpcp has ``pmGetDebug`` (PCP 7, ``libpcp.so.4``).  The C agent
+  of such a PCP serves ``mmv.control.debug`` as a string of debug options (pmdbg(1)) and
+  has ``mmv.control.metrics``; before, ``mmv.control.debug`` is an int and there are three
+  control metrics.  Both changed in one rewrite of the C agent (7.0.0, "dynamic map
+  resets"), so one probe decides both: :func:`control_metrics`.
+* :func:`pmid_hash_defect`: libpcp's ``__pmHashWalkCB`` leaves the node count of a hash
+  as it was after deleting every node (fixed in 7.0.1, upstream 737a18aca2): only then is
+  :mod:`pmda_mmv.pmidhash` needed.  Probed on a hash of its own.
+* The python3-pcp tables the agent edits directly (help text and indom tables, the same
+  private attributes in 6.0.3, 6.3.8 and 7.2.2): :func:`drop_metric_text`,
+  :func:`keep_metric_text`, :func:`drop_indom`, :func:`drop_indom_text`.
+* :func:`version`: the installed PCP's version, for what no feature shows (only tests use
+  it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
+* :func:`count_scale_named`, :func:`extra_units`: the installed ``pmUnitsStr`` names
+  ``count`` for a count scale without dimensions (PCP 7), and reads the former pad bits of
+  a pmUnits (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent
+  needs nothing for them (the on-disk word is handed to pmcd bit for bit, and clients
+  print it with their own libpcp); ``pmda-mmv check``/``dump`` print units with the
+  installed ``pmUnitsStr`` too; only their fallback without python3-pcp
+  (:func:`pmda_mmv.inspect.format_units`) ignores the extra units and prints PCP 7's names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+from collections.abc import Callable
+from typing import Any, Final
+
+import cpmapi as c_api
+from pcp import pmapi
+
+from .pmidhash import PmHashCtl
+
+LIBPCP: Final = pmapi.LIBPCP
+_LIBC: Final = ctypes.CDLL(None)
+
+
+@functools.cache
+def version() -> tuple[int, ...]:
+    """PCP_VERSION of the installed PCP, e.g. (6, 0, 3)."""
+    text = pmapi.pmContext.pmGetConfig("PCP_VERSION") or "0"
+    return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
+
+# -- mmv.control.*: the C agent's own metrics, as the installed PCP has them ---------------
+
+ControlMetric = tuple[str, int, str, str]
+"""(name below the prefix, PM_TYPE, one-line help, long help)."""
+
+RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
+
+_RELOAD: Final = (
+    "control.reload",
+    c_api.PM_TYPE_32,
+    "Control maps reloading",
+    "Writing anything other then 0 to this metric will result in\n"
+    "re-reading directory and re-mapping files.",
+)
+_FILES: Final = (
+    "control.files",
+    c_api.PM_TYPE_32,
+    "Memory mapped file count",
+    "Count of currently mapped and exported statistics files.",
+)
+_DEBUG_INT: Final = (
+    "control.debug",
+    c_api.PM_TYPE_32,
+    "Debug flag",
+    "See pmdbg(1).  pmstore into this metric to change the debug value.",
+)
+_DEBUG_STRING: Final = (
+    "control.debug",
+    c_api.PM_TYPE_STRING,
+    "Debug options",
+    "See pmdbg(1).  pmstore into this metric to change the debug option(s)\n"
+    "\n"
+    "Note that if this PMDA is installed as a DSO agent, the debug options\n"
+    "are shared with pmcd(1)",
+)
+STATUS_METRICS: Final = (
+    "control.metrics",
+    c_api.PM_TYPE_32,
+    "Memory mapped metric count",
+    "Count of currently mapped and exported metrics.\nExcludes the mmv.control.* metrics.",
+)
+
+
+@functools.cache
+def debug_options() -> bool:
+    """The installed libpcp reports its debug options as a string (``pmGetDebug``, PCP 7):
+    the C agent's ``mmv.control.debug`` is that string, and it has ``mmv.control.metrics``."""
+    return hasattr(LIBPCP, "pmGetDebug")
+
+
+def control_metrics(status_metrics: bool) -> dict[int, ControlMetric]:
+    """The control metrics by item: the C agent's of this PCP, plus ``control.metrics``
+    with ``--status-metrics`` where C has none."""
+    control = {RELOAD: _RELOAD, DEBUG: _DEBUG_STRING if debug_options() else _DEBUG_INT}
+    control[FILES] = _FILES
+    if debug_options() or status_metrics:
+        control[METRICS] = STATUS_METRICS
+    return control
+
+
+def get_debug() -> str | int:
+    """``mmv.control.debug`` as the C agent serves it: this process's libpcp debug options
+    (pmGetDebug(3), PCP 7), or libpcp's legacy ``pmDebug`` bits (PCP 6)."""
+    if not debug_options():
+        return ctypes.c_int.in_dll(LIBPCP, "pmDebug").value
+    get = LIBPCP.pmGetDebug
+    get.restype = ctypes.c_void_p  # malloc'd at every call: freed here
+    get.argtypes = []
+    text = get()
+    if not text:
+        return ""
+    try:
+        return ctypes.string_at(text).decode("utf-8", "replace")
+    finally:
+        _LIBC.free(ctypes.c_void_p(text))
+
+
+def store_debug(value: str | int) -> int:
+    """A pmstore into ``mmv.control.debug``, applied to this process's libpcp as the C
+    agent applies it to its own (to pmcd's, as a DSO): PCP 6 sets ``pmDebug`` to the
+    int; PCP 7 replaces the debug options by the string (:func:`set_debug`)."""
+    if debug_options():
+        return set_debug(str(value))
+    ctypes.c_int.in_dll(LIBPCP, "pmDebug").value = int(value)
+    return 0
+
+
+def set_debug(options: str) -> int:
+    """Replace this process's libpcp debug options by ``options`` (pmSetDebug(3) syntax), as
+    the C agent of PCP 7 does on a store: cleared first, so that a bad ``options`` leaves
+    none; 0, or PM_ERR_CONV for options libpcp does not accept."""
+    for name in ("pmClearDebug", "pmSetDebug"):
+        getattr(LIBPCP, name).argtypes = [ctypes.c_char_p]
+        getattr(LIBPCP, name).restype = ctypes.c_int
+    LIBPCP.pmClearDebug(b"all")
+    if options and LIBPCP.pmSetDebug(options.encode()) < 0:
+        LIBPCP.pmClearDebug(b"all")
+        return int(c_api.PM_ERR_CONV)
+    return 0
+
+
+@functools.cache
+def extra_units() -> bool:
+    """The installed pmUnitsStr prints the former pad bits (PCP 7.2's extra units)."""
+    return str(pmapi.pmUnits.from_buffer_copy(struct.pack("=I", 9))) != ""
+
+
+@functools.cache
+def count_scale_named() -> bool:
+    """The installed pmUnitsStr names ``count`` for a count scale without dimensions
+    (PCP 7: ``count x 10^6``; PCP 6: ``x 10^6``)."""
+    return str(pmapi.pmUnits(0, 0, 0, 0, 0, 6)).startswith("count")
+
+
+# -- the PMID hash defect (pmidhash.py) ---------------------------------------------------
+
+PM_HASH_WALK_DELETE_NEXT: Final = 3  # libpcp.h __pmHashWalkState
+
+
+_WALK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@functools.cache
+def pmid_hash_defect() -> bool:
+    """libpcp's walk-based delete keeps the hash's node count (PCP < 7.0.1): two nodes
+    added to a hash of our own, both deleted by ``__pmHashWalkCB``; the count must be 0."""
+    ctl = PmHashCtl()
+    LIBPCP.__pmHashInit(ctypes.byref(ctl))
+    for key in (1, 2):
+        LIBPCP.__pmHashAdd(ctypes.c_uint(key), None, ctypes.byref(ctl))
+    delete: Callable[[Any, Any], int] = lambda node, arg: PM_HASH_WALK_DELETE_NEXT  # noqa: E731
+    LIBPCP.__pmHashWalkCB(_WALK_CB(delete), None, ctypes.byref(ctl))
+    nodes = ctl.nodes
+    LIBPCP.__pmHashClear(ctypes.byref(ctl))
+    return bool(nodes)
+
+
+# -- python3-pcp's own tables (the same private attributes in 6.0.3 to 7.2.2) ------------
+
+
+def drop_metric_text(pmda: Any, pmid: int, oneline: bool, text: bool) -> None:
+    """Remove a metric's one-line or long help that :meth:`add_metric` registered, so that
+    it is PM_ERR_TEXT (python3-pcp serves "" for a text given as "")."""
+    if oneline:
+        del pmda._metric_oneline[pmid]
+    if text:
+        del pmda._metric_helptext[pmid]
+
+
+def keep_metric_text(pmda: Any, pmid: int) -> None:
+    """Before :meth:`remove_metric`, which deletes both texts unconditionally."""
+    pmda._metric_oneline.setdefault(pmid, "")
+    pmda._metric_helptext.setdefault(pmid, "")
+
+
+def drop_indom_text(pmda: Any, indom: int, oneline: bool, text: bool) -> None:
+    """As :func:`drop_metric_text`, for an instance domain."""
+    if oneline:
+        del pmda._indom_oneline[indom]
+    if text:
+        del pmda._indom_helptext[indom]
+
+
+def drop_indom(pmda: Any, indom: int) -> None:
+    """Remove an instance domain (python3-pcp has no remove_indom; the table is shared
+    with libpcp_pmda, so it is edited in place)."""
+    pmda._indomtable[:] = [e for e in pmda._indomtable if e.it_indom != indom]
+    for table in (pmda._indoms, pmda._indom_oneline, pmda._indom_helptext):
+        table.pop(indom, None)

@@ -1,0 +1,170 @@
+"""Hostile MMV populations (issue 17), built with the byte builder tests/mmvbuild.py.
+
+Each builder is general in its size: the tests and benchmarks/hostile.py use other sizes
+and other constructions of the same kinds than the issue's.  Every function writes into
+``directory`` and returns the paths it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from pmda_mmv import format as fmt
+from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value
+
+Population = Callable[[Path], list[Path]]
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\n\x9b31m\u202eevil\u2066\x7f"
+"""Terminal escapes a name or text may hold: OSC title, clear screen, newline, C1 CSI,
+bidirectional overrides and isolates, DEL."""
+
+
+def _one(cluster: int) -> MmvBuilder:
+    b = MmvBuilder(cluster=cluster)
+    b.metrics.append(Metric("v", 1, fmt.TYPE_U64))
+    b.values.append(Value("v", None, 7))
+    return b
+
+
+def many_sections(directory: Path, count: int, *, overlap: bool = False) -> list[Path]:
+    """One file whose TOC lists ``count`` more one-entry VALUES sections after its own (in
+    a tail of value entries pointing at no metric); with ``overlap`` every other section
+    lies on the one before it."""
+    b = _one(cluster=201)
+    base = _one(cluster=201).build()
+    tail_at = len(base.data) + count * fmt.TOC_SIZE
+    step = fmt.VALUE_SIZE // 2 if overlap else fmt.VALUE_SIZE
+    b.extra_toc = [(fmt.TOC_VALUES, 1, tail_at + k * step) for k in range(count)]
+    b.tail = bytes(step * count + fmt.VALUE_SIZE)
+    path = directory / f"sections{count}"
+    b.write(path)
+    return [path]
+
+
+def fan_out(directory: Path, indoms: int, instances: int) -> list[Path]:
+    """One file: ``indoms`` instance domains whose entries all point at the same
+    ``instances`` instance entries (those of the first), and a metric over each."""
+    b = MmvBuilder(cluster=202, version=2)
+    b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
+    b.indoms += [Indom(s) for s in range(2, indoms + 1)]
+    b.metrics += [Metric(f"m{s}", s, indom=s) for s in range(1, min(indoms, 1000) + 1)]
+    first = b.build().entries["instances"][0]
+    for d in b.indoms[1:]:
+        d.raw = {"count": instances, "offset": first}
+    path = directory / f"fanout{indoms}x{instances}"
+    b.write(path)
+    return [path]
+
+
+def orphan_values(directory: Path, count: int, *, instance: bool = False) -> list[Path]:
+    """One file of ``count`` value entries pointing at no metric entry, or (``instance``)
+    at a metric of an indom but at no instance of it."""
+    b = MmvBuilder(cluster=203)
+    b.indoms.append(Indom(1, [Instance(0, "only")]))
+    b.metrics.append(Metric("m", 1, fmt.TYPE_U64, indom=1))
+    b.values.append(Value("m", 0, 1))
+    bad = {"instance": 8} if instance else {"metric": 8}
+    b.values += [Value("m", 0, k, raw=bad) for k in range(count)]
+    path = directory / f"orphans{count}{'i' if instance else 'm'}"
+    b.write(path)
+    return [path]
+
+
+def empty_files(directory: Path, count: int) -> list[Path]:
+    """``count`` empty files (what libpcp_mmv leaves between create and ftruncate)."""
+    paths = [directory / f"empty{k}" for k in range(count)]
+    for p in paths:
+        p.touch()
+    return paths
+
+
+def escapes(directory: Path) -> list[Path]:
+    """A file named with terminal escapes (refused: not a name component), and a served
+    file whose help text, instance name and labels hold them."""
+    b = MmvBuilder(cluster=204, version=3)
+    b.indoms.append(Indom(1, [Instance(0, "x" + ESCAPES)], shorthelp=ESCAPES))
+    b.metrics.append(Metric("m", 1, indom=1, shorthelp=ESCAPES, longhelp=ESCAPES))
+    b.values.append(Value("m", 0, 5))
+    text = json.dumps({"t": ESCAPES.replace("\n", "")[:40]}, ensure_ascii=False)
+    b.labels.append(Label(fmt.LABEL_CLUSTER, 204, text))
+    served = directory / "escapes"
+    b.write(served)
+    named = directory / f"name{ESCAPES}"
+    _one(cluster=205).write(named)
+    return [served, named]
+
+
+def label_flood(
+    directory: Path, labels: int, *, nested: bool = False, cluster: int = 206
+) -> list[Path]:
+    """A file whose cluster labels, each valid, merge into one set libpcp rejects:
+    ``labels`` distinct names over as many LABELS sections of at most 255 as needed, or
+    (``nested``) maps of 20 names each merging into one map of ``labels`` names."""
+    b = _one(cluster)
+    b.version = 3
+    entries = []
+    for k in range(labels if not nested else -(-labels // 20)):
+        if nested:
+            names = {f"n{j}": j for j in range(k * 20, min(labels, k * 20 + 20))}
+            payload = json.dumps({"m": names}, separators=(",", ":"))
+        else:
+            payload = json.dumps({f"l{k}": k})
+        entries.append(Label(fmt.LABEL_CLUSTER, cluster, payload))
+    _labels_in_sections(b, entries)
+    path = directory / f"labels{labels}{'n' if nested else ''}"
+    b.write(path)
+    return [path]
+
+
+def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
+    """A valid file: one indom of ``instances`` instances and a metric over it, and
+    ``labels`` instance labels (one each for the first instances), over as many LABELS
+    sections as needed."""
+    b = MmvBuilder(cluster=208, version=3)
+    b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
+    b.metrics.append(Metric("m", 1, indom=1))
+    payloads = (json.dumps({"row": k}) for k in range(labels))
+    _labels_in_sections(b, [Label(fmt.LABEL_INSTANCES, 1, p, k) for k, p in enumerate(payloads)])
+    path = directory / f"instlabels{instances}x{labels}"
+    b.write(path)
+    return [path]
+
+
+def _labels_in_sections(b: MmvBuilder, labels: list[Label]) -> None:
+    """Give ``b`` these labels: the first MAX_LABELS in its own LABELS section, the others in
+    more sections of at most MAX_LABELS, listed in the TOC and packed in the tail."""
+    b.labels = labels[: fmt.MAX_LABELS]
+    rest = labels[fmt.MAX_LABELS :]
+    if not rest:
+        return
+    at = len(b.build().data) + -(-len(rest) // fmt.MAX_LABELS) * fmt.TOC_SIZE
+    tail = bytearray()
+    for k in range(0, len(rest), fmt.MAX_LABELS):
+        chunk = rest[k : k + fmt.MAX_LABELS]
+        b.extra_toc.append((fmt.TOC_LABELS, len(chunk), at + len(tail)))
+        for lab in chunk:
+            payload = str(lab.payload).encode()
+            tail += fmt.LABEL.pack(lab.flags, lab.identity, lab.internal, payload)
+    b.tail = bytes(tail)
+
+
+ATTACKS: dict[str, Population] = {
+    "40,000 one-entry VALUES sections (past the TOC cap)": lambda d: many_sections(d, 40_000),
+    "1,000 sections, each on the one before": lambda d: many_sections(d, 1_000, overlap=True),
+    "250 indoms sharing 4,000 instance entries": lambda d: fan_out(d, 250, 4_000),
+    "150,000 values at no metric": lambda d: orphan_values(d, 150_000),
+    "80,000 values at no instance of their indom": lambda d: orphan_values(
+        d, 80_000, instance=True
+    ),
+    "3,000 empty files": lambda d: empty_files(d, 3_000),
+    "700 cluster labels over three LABELS sections": lambda d: label_flood(d, 700),
+    "15 map labels merging into a map of 300 names": lambda d: label_flood(d, 300, nested=True),
+    "terminal escapes in a file name, help, instance name, label": escapes,
+    "40,000 instances with 8,000 instance labels (valid)": lambda d: instance_labels(
+        d, 40_000, 8_000
+    ),
+}
+"""Each attack kind of issue 17, in other sizes and constructions than the issue's: what
+tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
