@@ -9,6 +9,9 @@ VENV="$ROOT/.venv"
 # where the launcher $PCP_PMDAS_DIR/mmv/pmdammv looks for the venv (see its header)
 VENV_RECORD_DIR=/etc/pcp/pmda-mmv
 
+# in every root scripts/matrix builds: no matrix is started inside one (scripts/matrix, .ci/run)
+MATRIX_ROOT_MARKER=/etc/pmda-mmv-matrix-root
+
 say() { echo "== $*"; }
 die() { echo "${0##*/}: $*" >&2; exit 1; }
 
