@@ -308,7 +308,10 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         touched = [*changes.removed, *changes.added]
         for serial in sorted({si.serial for e in touched for si in e.indoms.values()}):
             self._serve_indom(serial)
-        for cluster, item in sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics}):
+        keys = sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics})
+        for cluster, item in keys:  # every old name leaves before any new one arrives
+            self._unserve_metric(cluster, item)
+        for cluster, item in keys:
             self._serve_metric(cluster, item)
         if changes.removed or changes.added:
             self.set_notify_change()
@@ -334,14 +337,17 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.add_indom(pmdaIndom(indom, insts), first.shorthelp or "", first.longhelp or "")
         pcpcompat.drop_indom_text(self, indom, first.shorthelp is None, first.longhelp is None)
 
-    def _serve_metric(self, cluster: int, item: int) -> None:
-        """(Re)register one PMID from the files serving it: descriptor and help text of the
-        first file (in name order), each instance's value from the first file that has it."""
+    def _unserve_metric(self, cluster: int, item: int) -> None:
         key = (cluster << 10) | item
         old = self.served_names.pop(key, None)
         if old is not None:
             self._remove(old)
         self.tables.pop(key, None)
+
+    def _serve_metric(self, cluster: int, item: int) -> None:
+        """(Re)register one PMID from the files serving it: descriptor and help text of the
+        first file (in name order), each instance's value from the first file that has it."""
+        key = (cluster << 10) | item
         sources = self.catalogue.sources.get((cluster, item))
         if not sources:
             return

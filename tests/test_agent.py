@@ -373,3 +373,24 @@ def test_new_file_flags_names_and_labels_once(start_mmv: Start, private_mmv_dir:
     publish(single(5, 1), private_mmv_dir / "fresh")
     assert fg.fetch() & changes == changes and files() == 1
     assert fg.fetch() & changes == 0 and files() == 1
+
+
+def test_writer_restarting_with_another_cluster_keeps_the_tables_whole(
+    start_mmv: Start, private_mmv_dir: Path
+) -> None:
+    """A file rewritten under the same name with another cluster, seen in one request with a
+    new file: its old PMID leaves before its new one arrives (found by a breaker run: the new
+    PMID was added first, python3-pcp raised on the name already served, and the new file and
+    every later change were lost until the agent restarted)."""
+    publish(single(500, 1), private_mmv_dir / "swapx")
+    pmcd = start_mmv()
+    assert pmcd.fetch("mmv.swapx.v") == {None: "1"}
+    (private_mmv_dir / "swapx").unlink()
+    publish(single(400, 2), private_mmv_dir / "swapx")  # the writer restarts, another cluster
+    publish(single(450, 3), private_mmv_dir / "victimy")  # another application's new file
+    assert pmcd.fetch("mmv.swapx.v") == {None: "2"}
+    assert pmcd.fetch("mmv.victimy.v") == {None: "3"}
+    assert pmcd.run("pminfo", "-m", "mmv.swapx.v").stdout.split()[-1] == "70.400.1"
+    (private_mmv_dir / "swapx").unlink()
+    assert names(pmcd) >= {"mmv.victimy.v"} and "mmv.swapx.v" not in names(pmcd)
+    assert "KeyError" not in pmcd.agent_log("mmv")
