@@ -175,7 +175,7 @@ class Catalogue:
         self.leaves: set[str] = set()
         self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
-        self.last_cluster: dict[str, int] = {}
+        self.last_cluster: dict[str, tuple[int, int]] = {}  # name -> (cluster, header's)
         self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
         self.own_indoms: set[tuple[str, int]] = set()  # served keys of last_indom
         # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
@@ -189,7 +189,10 @@ class Catalogue:
         """The cluster for ``mf``: see the module rules; ``requested`` holds clusters other
         files in the directory ask for.  None when all 4095 are taken."""
         taken = self.owners
-        want = mf.header.cluster or self.last_cluster.get(mf.name, 0)
+        last, asked = self.last_cluster.get(mf.name, (0, 0))
+        if last and asked == mf.header.cluster and last not in taken:
+            return last  # moved before and asking the same: it keeps the cluster it has
+        want = mf.header.cluster or last
         if want and want not in taken:
             return want
         if want and want == mf.header.cluster and self.shareable(mf, want):
@@ -359,7 +362,7 @@ class Catalogue:
             mf.labels_for(fmt.LABEL_CLUSTER, mf.header.cluster)
         )
         self.files[mf.name] = entry
-        remember(self.last_cluster, mf.name, cluster, self.files)
+        remember(self.last_cluster, mf.name, (cluster, mf.header.cluster), self.files)
         return entry
 
     def _refuse_file(self, why: str) -> FileEntry | None:

@@ -124,6 +124,27 @@ def test_reloaded_file_keeps_its_cluster(tmp_path: Path, cat: Catalogue) -> None
     assert again is not None and again.cluster == cluster
 
 
+def test_a_moved_file_keeps_its_cluster_while_the_one_it_yielded_to_restarts(
+    tmp_path: Path, cat: Catalogue
+) -> None:
+    """Found by a breaker run: 'att' asked for 'vic''s cluster and was moved; while 'vic''s
+    writer restarted, a reload of 'att' took cluster 60, and 'vic' came back elsewhere, so
+    the victim's PMIDs served the stranger's values."""
+    vic = cat.add(load(tmp_path, "vic", simple(cluster=60)))
+    att = cat.add(load(tmp_path, "att", simple(cluster=60)))
+    assert vic is not None and att is not None and att.cluster != 60
+    moved = att.cluster
+    cat.remove("vic")  # the victim's writer restarts
+    cat.remove("att")
+    att = cat.add(load(tmp_path, "att", simple(cluster=60)))  # touched meanwhile
+    vic = cat.add(load(tmp_path, "vic", simple(cluster=60)))
+    assert att is not None and vic is not None
+    assert (vic.cluster, att.cluster) == (60, moved)
+    cat.remove("att")  # a writer that asks for another cluster gets it
+    att = cat.add(load(tmp_path, "att", simple(cluster=61)))
+    assert att is not None and att.cluster == 61
+
+
 def test_departed_names_are_remembered_up_to_a_bound(
     tmp_path: Path, cat: Catalogue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
