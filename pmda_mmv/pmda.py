@@ -72,7 +72,7 @@ FILE_STATUS: Final[dict[int, tuple[str, int, str, Callable[[FileState], object]]
     10: (
         "control.file.state",
         c_api.PM_TYPE_STRING,
-        "State of the file: ok, partial, not-ready, refused or exited",
+        "State of the file: ok, partial, pending, not-ready, refused or exited",
         lambda s: s.state,
     ),
     11: (
@@ -172,6 +172,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
+        self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
+        self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
         self.pmid_hash = locate(opts.domain, cpmda.__file__)
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
@@ -200,7 +202,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if isinstance(self.pmid_hash, str):
             self.log_line(f"PMID hash node count not found ({self.pmid_hash}): {HASH_NOTE}")
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
-        self._guard(self.refresh_metrics, None)(True)
+        # pmcd waits for a notready agent's first scan: it is not bounded then
+        self._guard(self.refresh_metrics, None)(True, not self.opts.notready)
         if self.opts.notready:
             self.pmda_ready()
         self.run()
@@ -245,7 +248,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _add_status_metrics(self, none: pmUnits) -> None:
         indom = self.indom(0)
-        self.add_indom(pmdaIndom(indom, []), *STATUS_INDOM_HELP)
+        self._put_indom(pmdaIndom(indom, []), *STATUS_INDOM_HELP)
         for item, (name, ptype, oneline, get) in FILE_STATUS.items():
             metric = pmdaMetric(
                 self.pmid(CONTROL_CLUSTER, item), ptype, indom, c_api.PM_SEM_INSTANT, none
@@ -259,38 +262,63 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _update_status_indom(self) -> None:
         insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
-        self.replace_indom(self.indom(0), insts)
+        self._put_indom(pmdaIndom(self.indom(0), insts), *STATUS_INDOM_HELP)
 
-    # -- metric table helpers (python3-pcp 6.0.3 keeps help in dicts shared with C)
+    # -- metric table helpers (python3-pcp 6.0.3 keeps tables and help in lists and dicts
+    # shared with C; its add_indom, remove_metric and replace_indom search the whole list,
+    # so these keep an index instead: a change costs the same however many are served)
 
     def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
-        self.add_metric(name, metric, oneline or "", text or "")
         pmid = metric.m_desc.pmid
-        if oneline is None:
-            del self._metric_oneline[pmid]  # absent text is PM_ERR_TEXT; "" is served as ""
-        if text is None:
-            del self._metric_helptext[pmid]
+        if name in self._metric_names_map or pmid in self._metrics:
+            raise KeyError(f"metric {name} or its PMID is already served")
+        self.metric_slots[pmid] = len(self._metrictable)
+        self._metrictable.append(metric)
+        self._metrics[pmid] = metric
+        self._metric_names[pmid] = name
+        self._metric_names_map[name] = pmid
+        if oneline is not None:  # absent text is PM_ERR_TEXT; "" is served as ""
+            self._metric_oneline[pmid] = oneline
+        if text is not None:
+            self._metric_helptext[pmid] = text
         self.pmda_metrics[name] = metric
+        cpmda.set_need_refresh()
 
     def _remove(self, name: str) -> None:
         metric = self.pmda_metrics.pop(name)
         pmid = metric.m_desc.pmid
-        self._metric_oneline.setdefault(pmid, "")
-        self._metric_helptext.setdefault(pmid, "")
-        self.remove_metric(name, metric)
+        _take(self._metrictable, self.metric_slots, pmid, lambda m: int(m.m_desc.pmid))
+        for table in (self._metrics, self._metric_names, self._metric_oneline):
+            table.pop(pmid, None)
+        self._metric_helptext.pop(pmid, None)
+        self._metric_names_map.pop(name, None)
+        cpmda.set_need_refresh()
+
+    def _put_indom(self, indom: pmdaIndom, oneline: str | None, text: str | None) -> None:
+        """Serve ``indom`` (replacing the one of that number); None help is PM_ERR_TEXT."""
+        key = indom.it_indom
+        self._drop_indom(key)
+        self.indom_slots[key] = len(self._indomtable)
+        self._indomtable.append(indom)
+        self._indoms[key] = indom
+        if oneline is not None:
+            self._indom_oneline[key] = oneline
+        if text is not None:
+            self._indom_helptext[key] = text
 
     def _drop_indom(self, indom: int) -> None:
-        """Remove an indom (6.0.3 has no remove_indom; the table is shared with C)."""
-        self._indomtable[:] = [e for e in self._indomtable if e.it_indom != indom]
+        """Remove an indom (6.0.3 has no remove_indom)."""
+        _take(self._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom))
         for table in (self._indoms, self._indom_oneline, self._indom_helptext):
             table.pop(indom, None)
 
     # -- applying scanner changes
 
-    def refresh_metrics(self, force: bool = False) -> None:
-        """Start of every request: bring the served tables up to date."""
+    def refresh_metrics(self, force: bool = False, bounded: bool = True) -> None:
+        """Start of every request: bring the served tables up to date, within the
+        scanner's budget when ``bounded``."""
         rescans = self.scanner.rescans
-        self.apply(self.scanner.refresh(force))
+        self.apply(self.scanner.refresh(force, bounded))
         if self.scanner.rescans != rescans:
             if self.reload_stored:  # an explicit reload re-maps everything, as with C
                 self.reload_stored = False
@@ -354,11 +382,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             return
         insts = [_instid(i.internal, i.external) for i in self.catalogue.instances(serial)]
         first = sources[0].indom
-        self.add_indom(pmdaIndom(indom, insts), first.shorthelp or "", first.longhelp or "")
-        if first.shorthelp is None:
-            del self._indom_oneline[indom]  # absent text is PM_ERR_TEXT
-        if first.longhelp is None:
-            del self._indom_helptext[indom]
+        self._put_indom(pmdaIndom(indom, insts), first.shorthelp, first.longhelp)
 
     def _serve_metric(self, cluster: int, item: int) -> None:
         """(Re)register one PMID from the files serving it: descriptor and help text of the
@@ -512,6 +536,18 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 labels, optional = si.instance_labels.get(inst, ("", ""))
                 return _pick(labels, optional, notes)
         return "{}"
+
+
+def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:
+    """Remove ``key``'s element from ``table`` (its index in ``slots``): the last element
+    takes its place (libpcp_pmda looks the tables up by hash, not position)."""
+    at = slots.pop(key, None)
+    if at is None:
+        return
+    last = table.pop()
+    if at < len(table):
+        table[at] = last
+        slots[key_of(last)] = at
 
 
 def _first_of(parts: list[Table]) -> Table:
