@@ -13,6 +13,7 @@ import argparse
 import os
 import pwd
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -40,6 +41,11 @@ ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
 NULL: Final = c_api.PM_IN_NULL
 SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
+HOLD: Final = 1.0
+"""Seconds the files loaded while more wait in the scanner's queue may be held back from
+the tables (a removal is applied at once, with all that was held): each table change
+makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are registered
+in a few rebuilds, not one per request."""
 HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 
 # The agent's own metrics (cluster 0).  Texts of the 6.0.3 C agent, which PCP QA compares.
@@ -172,6 +178,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
+        self.held = Changes()  # loaded, not yet in the tables (HOLD)
+        self.held_since = 0.0
         self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
         self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
         self.pmid_hash = locate(opts.domain, cpmda.__file__)
@@ -318,7 +326,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Start of every request: bring the served tables up to date, within the
         scanner's budget when ``bounded``."""
         rescans = self.scanner.rescans
-        self.apply(self.scanner.refresh(force, bounded))
+        changes = self.scanner.refresh(force, bounded)
+        now = time.monotonic()
+        if changes and not self.held:
+            self.held_since = now
+        self.held.extend(changes)
+        if not self.scanner.queued or changes.removed or now - self.held_since >= HOLD:
+            changes, self.held = self.held, Changes()
+            self.apply(changes)
+        elif changes.states and self.opts.status_metrics:
+            self._update_status_indom()  # pending and refused files show while held
         if self.scanner.rescans != rescans:
             if self.reload_stored:  # an explicit reload re-maps everything, as with C
                 self.reload_stored = False
