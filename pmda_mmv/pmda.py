@@ -28,7 +28,7 @@ from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
 from .pmidhash import PmidHashCount, locate
 from .ratelimit import LogLimit
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
-from .scanner import Changes, FileState, Scanner
+from .scanner import MAX_TOTAL, Changes, FileState, Scanner
 from .watcher import Watcher
 
 Values = dict[int, Any] | list[Any]
@@ -146,6 +146,7 @@ class Options:
     polling: bool = False
     notready: bool = False
     max_size: int = DEFAULT_MAX_SIZE
+    max_total: int = MAX_TOTAL
 
 
 def _units(word: int) -> pmUnits:
@@ -165,7 +166,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.file_log = LogLimit(self.err)  # one limiter for every line about a file
         self.catalogue = Catalogue(opts.prefix, log=self.file_log)
         self.scanner = Scanner(
-            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.file_log
+            directory,
+            self.catalogue,
+            owners=opts.owners,
+            max_size=opts.max_size,
+            max_total=opts.max_total,
+            log=self.file_log,
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.debug_value = 0
@@ -636,6 +642,12 @@ def parse_args(argv: Sequence[str]) -> Options:
         help="largest file served, in MiB (default 64)",
     )
     p.add_argument(
+        "--max-total",
+        type=int,
+        default=MAX_TOTAL >> 20,
+        help="most bytes of all served files together, in MiB (default 1024)",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -653,6 +665,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         polling=a.polling,
         notready=a.notready,
         max_size=a.max_size << 20,
+        max_total=a.max_total << 20,
     )
 
 

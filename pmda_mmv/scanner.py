@@ -79,6 +79,7 @@ EXITED: Final = "exited"
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
 RETRY_BUDGET: Final = 16  # retries (header reads or reopens) of files not ready per request
+MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
@@ -177,6 +178,7 @@ class Scanner:
         clock: Callable[[], float] = time.monotonic,
         pidfd: bool = True,
         budget: float | None = BUDGET,
+        max_total: int = MAX_TOTAL,
     ) -> None:
         self.directory = directory
         self.catalogue = catalogue
@@ -189,6 +191,10 @@ class Scanner:
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.budget = budget
+        self.max_total = max_total
+        self._total = 0  # bytes of the served files
+        self._loading = 0  # bytes of the files one _consider opened, not served yet
+        self._released = 0  # files unserved so far (a refusal for max_total may now pass)
         self._queue: dict[str, None] = {}  # names to (re)load, in order (budget)
         self._asked: dict[int, int] = {}  # header cluster -> served files asking for it
         self.reload_requested = False
@@ -270,9 +276,10 @@ class Scanner:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
-        if self._starved and self.catalogue.freed != self._freed:
+        freed = self.catalogue.freed + self._released
+        if self._starved and freed != self._freed:
             changes.extend(self._retry_starved())
-        self._freed = self.catalogue.freed
+        self._freed = self.catalogue.freed + self._released
         return changes
 
     def _enqueue(self, names: Iterable[str]) -> Changes:
@@ -423,6 +430,8 @@ class Scanner:
         assert entry is not None and entry is state.entry
         state.entry = None
         _count(self._asked, entry.mf.header.cluster, -1)
+        self._total -= entry.mf.size
+        self._released += 1
         entry.mf.close()
         if state.writer is not None:
             self._unwatch(state.writer)
@@ -453,6 +462,8 @@ class Scanner:
             loaded = self._load(state, changes)
             if loaded is not None:
                 opened.append((state, *loaded))
+                self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
+        self._loading = 0
         requested = {c for c, n in self._asked.items() if n}
         requested |= {mf.header.cluster for _, mf, _ in opened}
         requested.discard(0)
@@ -488,6 +499,15 @@ class Scanner:
         if key == state.key:
             return None
         state.key = key
+        others = self._total + self._loading - (state.entry.mf.size if state.entry else 0)
+        if st.st_size <= self.max_size and others + st.st_size > self.max_total:
+            why = (
+                f"{path}: file size {st.st_size}: the served files would hold more than "
+                f"{self.max_total} bytes (--max-total), file not served"
+            )
+            self._set(state, REFUSED, why, changes)
+            self._starved.add(state.name)  # retried when a file leaves
+            return None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
@@ -551,6 +571,7 @@ class Scanner:
             return
         state.entry = entry
         _count(self._asked, mf.header.cluster, 1)
+        self._total += mf.size
         if writer is not None:
             self._watch(state, writer)
         if entry.starved:

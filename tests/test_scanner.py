@@ -637,3 +637,18 @@ def test_names_below_one_node_are_capped() -> None:
     assert cat.name_conflict("mmv.f0.w") is None  # below an existing node: not new at mmv
     cat._release("mmv.f0.v")
     assert cat.name_conflict("mmv.new.v") is None
+
+
+def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    one(cluster=1).write(first)
+    one(cluster=2).write(second)
+    size = first.stat().st_size
+    scanner = Scanner(str(tmp_path), Catalogue(), max_total=size + size // 2)
+    scanner.refresh()
+    assert set(scanner.catalogue.files) == {"a"}
+    assert scanner.states["b"].state == REFUSED
+    assert "--max-total" in scanner.states["b"].last_problem
+    first.unlink()
+    scanner.refresh()
+    assert set(scanner.catalogue.files) == {"b"}
