@@ -41,7 +41,7 @@ ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
 NULL: Final = c_api.PM_IN_NULL
 SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
-HOLD: Final = 1.0
+HOLD: Final = 0.3
 """Seconds the files loaded while more wait in the scanner's queue may be held back from
 the tables (a removal is applied at once, with all that was held): each table change
 makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are registered
