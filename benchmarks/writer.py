@@ -25,12 +25,14 @@ from tests.writers.libpcp_mmv import Mapping, Registry, library
 class Shape:
     """``name`` (file name, and the PMNS component after the prefix), ``metrics`` and
     ``instances`` per metric; ``cluster`` is the header cluster (explicit, so PMIDs are
-    stable and both agents agree)."""
+    stable and both agents agree); metric j is item ``item_base + j`` (files sharing a
+    cluster use distinct items)."""
 
     name: str
     metrics: int
     instances: int
     cluster: int
+    item_base: int = 0
 
     @property
     def values(self) -> int:
@@ -76,7 +78,7 @@ class Writer:
             r.indom(1, ((i, f"i{i:05d}") for i in range(shape.instances)), "benchmark instances")
             for j in range(shape.metrics):
                 sem = fmt.SEM_COUNTER if j % 2 == 0 else fmt.SEM_INSTANT
-                r.metric(f"m{j:03d}", j, metric_type(j), sem, 0, 1)
+                r.metric(f"m{j:03d}", shape.item_base + j, metric_type(j), sem, 0, 1)
             r.start()
             done = time.perf_counter()
             if fill:

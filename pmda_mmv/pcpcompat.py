@@ -12,9 +12,8 @@ the installed libpcp for a feature wherever one shows the difference:
 * :func:`pmid_hash_defect`: libpcp's ``__pmHashWalkCB`` leaves the node count of a hash
   as it was after deleting every node (fixed in 7.0.1, upstream 737a18aca2): only then is
   :mod:`pmda_mmv.pmidhash` needed.  Probed on a hash of its own.
-* The python3-pcp tables the agent edits directly (help text and indom tables, the same
-  private attributes in 6.0.3, 6.3.8 and 7.2.2): :func:`drop_metric_text`,
-  :func:`keep_metric_text`, :func:`drop_indom`, :func:`drop_indom_text`.
+* The python3-pcp tables the agent edits directly (metric, help text and indom tables, the
+  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`Tables`.
 * :func:`version`: the installed PCP's version, for what no feature shows (only tests use
   it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
 * :func:`count_scale_named`, :func:`extra_units`: the installed ``pmUnitsStr`` names
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import cpmapi as c_api
+import cpmda
 from pcp import pmapi
 
 from .pmidhash import PmHashCtl
@@ -199,32 +199,70 @@ def pmid_hash_defect() -> bool:
 # -- python3-pcp's own tables (the same private attributes in 6.0.3 to 7.2.2) ------------
 
 
-def drop_metric_text(pmda: Any, pmid: int, oneline: bool, text: bool) -> None:
-    """Remove a metric's one-line or long help that :meth:`add_metric` registered, so that
-    it is PM_ERR_TEXT (python3-pcp serves "" for a text given as "")."""
-    if oneline:
-        del pmda._metric_oneline[pmid]
-    if text:
-        del pmda._metric_helptext[pmid]
+class Tables:
+    """python3-pcp's own metric and indom tables of one ``PMDA``, edited through an index.
+
+    python3-pcp keeps them in lists and dicts it shares with libpcp_pmda; its
+    ``add_indom``, ``remove_metric`` and ``replace_indom`` search a whole list, so a change
+    would cost as much as everything served.  This keeps each entry's position instead and
+    removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
+    not position).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
+    as "" (python3-pcp itself serves "" for both)."""
+
+    def __init__(self, pmda: Any) -> None:
+        self.pmda = pmda
+        self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
+        self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
+
+    def add_metric(self, name: str, metric: Any, oneline: str | None, text: str | None) -> None:
+        p, pmid = self.pmda, metric.m_desc.pmid
+        if name in p._metric_names_map or pmid in p._metrics:
+            raise KeyError(f"metric {name} or its PMID is already served")
+        self.metric_slots[pmid] = len(p._metrictable)
+        p._metrictable.append(metric)
+        p._metrics[pmid] = metric
+        p._metric_names[pmid] = name
+        p._metric_names_map[name] = pmid
+        if oneline is not None:
+            p._metric_oneline[pmid] = oneline
+        if text is not None:
+            p._metric_helptext[pmid] = text
+        cpmda.set_need_refresh()
+
+    def remove_metric(self, name: str, metric: Any) -> None:
+        p, pmid = self.pmda, metric.m_desc.pmid
+        _take(p._metrictable, self.metric_slots, pmid, lambda m: int(m.m_desc.pmid))
+        for table in (p._metrics, p._metric_names, p._metric_oneline, p._metric_helptext):
+            table.pop(pmid, None)
+        p._metric_names_map.pop(name, None)
+        cpmda.set_need_refresh()
+
+    def put_indom(self, indom: Any, oneline: str | None, text: str | None) -> None:
+        """Serve ``indom`` (replacing the one of that number)."""
+        p, key = self.pmda, indom.it_indom
+        self.drop_indom(key)
+        self.indom_slots[key] = len(p._indomtable)
+        p._indomtable.append(indom)
+        p._indoms[key] = indom
+        if oneline is not None:
+            p._indom_oneline[key] = oneline
+        if text is not None:
+            p._indom_helptext[key] = text
+
+    def drop_indom(self, indom: int) -> None:
+        """Remove an instance domain (python3-pcp has no remove_indom)."""
+        p = self.pmda
+        _take(p._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom))
+        for table in (p._indoms, p._indom_oneline, p._indom_helptext):
+            table.pop(indom, None)
 
 
-def keep_metric_text(pmda: Any, pmid: int) -> None:
-    """Before :meth:`remove_metric`, which deletes both texts unconditionally."""
-    pmda._metric_oneline.setdefault(pmid, "")
-    pmda._metric_helptext.setdefault(pmid, "")
-
-
-def drop_indom_text(pmda: Any, indom: int, oneline: bool, text: bool) -> None:
-    """As :func:`drop_metric_text`, for an instance domain."""
-    if oneline:
-        del pmda._indom_oneline[indom]
-    if text:
-        del pmda._indom_helptext[indom]
-
-
-def drop_indom(pmda: Any, indom: int) -> None:
-    """Remove an instance domain (python3-pcp has no remove_indom; the table is shared
-    with libpcp_pmda, so it is edited in place)."""
-    pmda._indomtable[:] = [e for e in pmda._indomtable if e.it_indom != indom]
-    for table in (pmda._indoms, pmda._indom_oneline, pmda._indom_helptext):
-        table.pop(indom, None)
+def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:
+    """Remove ``key``'s element from ``table`` (its index in ``slots``)."""
+    at = slots.pop(key, None)
+    if at is None:
+        return
+    last = table.pop()
+    if at < len(table):
+        table[at] = last
+        slots[key_of(last)] = at

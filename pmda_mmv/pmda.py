@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -27,7 +28,7 @@ from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
 from .pmidhash import PmidHashCount, locate
 from .ratelimit import LogLimit
 from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
-from .scanner import Changes, FileState, Scanner, parse_owners
+from .scanner import MAX_TOTAL, Changes, FileState, Scanner, parse_owners
 from .watcher import Watcher
 
 Values = dict[int, Any] | list[Any]
@@ -40,6 +41,11 @@ ERR_AGAIN: Final = [c_api.PM_ERR_AGAIN, 0]
 NULL: Final = c_api.PM_IN_NULL
 SPECIAL: Final = {NO_VALUE: None, UNSUPPORTED: [c_api.PM_ERR_VALUE, 0]}
 """Fetch results of the reader's markers: no value (sentinel), an unreadable string."""
+HOLD: Final = 0.3
+"""Seconds the files loaded while more wait in the scanner's queue may be held back from
+the tables (a removal is applied at once, with all that was held): each table change
+makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are registered
+in a few rebuilds, not one per request."""
 HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
 
 # The agent's own metrics (cluster 0): the C agent's of the installed PCP (pcpcompat).
@@ -54,7 +60,7 @@ FILE_STATUS: Final[dict[int, tuple[str, int, str, Callable[[FileState], object]]
     10: (
         "control.file.state",
         c_api.PM_TYPE_STRING,
-        "State of the file: ok, partial, not-ready, refused or exited",
+        "State of the file: ok, partial, pending, not-ready, refused or exited",
         lambda s: s.state,
     ),
     11: (
@@ -123,6 +129,7 @@ class Options:
     notready: bool = False
     max_size: int = DEFAULT_MAX_SIZE
     pmid_hash_reset: bool = True
+    max_total: int = MAX_TOTAL
 
 
 def _units(word: int) -> pmUnits:
@@ -142,7 +149,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.file_log = LogLimit(self.err)  # one limiter for every line about a file
         self.catalogue = Catalogue(opts.prefix, log=self.file_log)
         self.scanner = Scanner(
-            directory, self.catalogue, owners=opts.owners, max_size=opts.max_size, log=self.file_log
+            directory,
+            self.catalogue,
+            owners=opts.owners,
+            max_size=opts.max_size,
+            max_total=opts.max_total,
+            log=self.file_log,
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
@@ -154,6 +166,9 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.snaps: dict[str, Snapshot] = {}  # per file name, for one fetch
         self.served_names: dict[int, str] = {}  # (cluster << 10) | item -> name
         self.status_instances: list[FileState] = []
+        self.held = Changes()  # loaded, not yet in the tables (HOLD)
+        self.held_since = 0.0
+        self.pcp_tables = pcpcompat.Tables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = self._locate_pmid_hash()
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
@@ -184,7 +199,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if isinstance(self.pmid_hash, str):
             self.log_line(f"PMID hash node count not found ({self.pmid_hash}): {HASH_NOTE}")
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
-        self._guard(self.refresh_metrics, None)(True)
+        # pmcd waits for a notready agent's first scan: it is not bounded then
+        self._guard(self.refresh_metrics, None)(True, not self.opts.notready)
         if self.opts.notready:
             self.pmda_ready()
         self.run()
@@ -226,7 +242,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _add_status_metrics(self, none: pmUnits) -> None:
         indom = self.indom(0)
-        self.add_indom(pmdaIndom(indom, []), *STATUS_INDOM_HELP)
+        self.pcp_tables.put_indom(pmdaIndom(indom, []), *STATUS_INDOM_HELP)
         for item, (name, ptype, oneline, get) in FILE_STATUS.items():
             metric = pmdaMetric(
                 self.pmid(CONTROL_CLUSTER, item), ptype, indom, c_api.PM_SEM_INSTANT, none
@@ -240,27 +256,34 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def _update_status_indom(self) -> None:
         insts = [pmdaInstid(s.instance, printable(s.name)) for s in self.scanner.states.values()]
-        self.replace_indom(self.indom(0), insts)
+        self.pcp_tables.put_indom(pmdaIndom(self.indom(0), insts), *STATUS_INDOM_HELP)
 
-    # -- metric table helpers (python3-pcp's own tables: pcpcompat)
+    # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.Tables)
 
     def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
-        self.add_metric(name, metric, oneline or "", text or "")
-        # absent text is PM_ERR_TEXT; "" is served as ""
-        pcpcompat.drop_metric_text(self, metric.m_desc.pmid, oneline is None, text is None)
+        self.pcp_tables.add_metric(name, metric, oneline, text)
         self.pmda_metrics[name] = metric
 
     def _remove(self, name: str) -> None:
         metric = self.pmda_metrics.pop(name)
-        pcpcompat.keep_metric_text(self, metric.m_desc.pmid)
-        self.remove_metric(name, metric)
+        self.pcp_tables.remove_metric(name, metric)
 
     # -- applying scanner changes
 
-    def refresh_metrics(self, force: bool = False) -> None:
-        """Start of every request: bring the served tables up to date."""
+    def refresh_metrics(self, force: bool = False, bounded: bool = True) -> None:
+        """Start of every request: bring the served tables up to date, within the
+        scanner's budget when ``bounded``."""
         rescans = self.scanner.rescans
-        self.apply(self.scanner.refresh(force))
+        changes = self.scanner.refresh(force, bounded)
+        now = time.monotonic()
+        if changes and not self.held:
+            self.held_since = now
+        self.held.extend(changes)
+        if not self.scanner.queued or changes.removed or now - self.held_since >= HOLD:
+            changes, self.held = self.held, Changes()
+            self.apply(changes)
+        elif changes.states and self.opts.status_metrics:
+            self._update_status_indom()  # pending and refused files show while held
         if self.scanner.rescans != rescans:
             if self.reload_stored:  # an explicit reload re-maps everything, as with C
                 self.reload_stored = False
@@ -328,14 +351,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """(Re)register PCP indom ``serial``: the instances of every file serving it (first
         name of an id wins), help text of the first file."""
         indom = self.indom(serial)
-        pcpcompat.drop_indom(self, indom)
+        self.pcp_tables.drop_indom(indom)
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
             return
         insts = [_instid(i.internal, i.external) for i in self.catalogue.instances(serial)]
         first = sources[0].indom
-        self.add_indom(pmdaIndom(indom, insts), first.shorthelp or "", first.longhelp or "")
-        pcpcompat.drop_indom_text(self, indom, first.shorthelp is None, first.longhelp is None)
+        self.pcp_tables.put_indom(pmdaIndom(indom, insts), first.shorthelp, first.longhelp)
 
     def _unserve_metric(self, cluster: int, item: int) -> None:
         key = (cluster << 10) | item
@@ -569,6 +591,12 @@ def parse_args(argv: Sequence[str]) -> Options:
         "later PCPs never need it)",
     )
     p.add_argument(
+        "--max-total",
+        type=int,
+        default=MAX_TOTAL >> 20,
+        help="most bytes of all served files together, in MiB (default 1024)",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -587,6 +615,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         notready=a.notready,
         max_size=a.max_size << 20,
         pmid_hash_reset=a.pmid_hash_reset,
+        max_total=a.max_total << 20,
     )
 
 

@@ -210,7 +210,7 @@ class Metric:
             return
         step = s[1] - s[0] if len(s) > 1 else fmt.VALUE_SIZE
         ok = step > 0 and step % 8 == 0 and s[0] % 8 == 0
-        self.stride = step if ok and all(s[i] == s[0] + i * step for i in range(len(s))) else 0
+        self.stride = step if ok and s == array("q", range(s[0], s[0] + len(s) * step, step)) else 0
 
 
 @dataclass(slots=True)
@@ -624,6 +624,8 @@ class _Parser:
         self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
         self.metric_at: dict[int, Metric] = {}
         self.skipped_metrics: set[int] = set()
+        self.tried: set[int] = set()  # items whose values were tried as one run (values)
+        self.order: dict[int, list[int]] | None = None  # indom serial -> instance entries
         self.rejected_metrics: list[Toc] = []  # METRICS sections already reported
         # What was skipped and reported once, so that references to it are not reported again
         self.rejected_indoms = False
@@ -964,9 +966,21 @@ class _Parser:
         words = memoryview(self.data)[toc.offset : end].cast("Q")  # native, as fmt.VALUE
         metric_at, instance_at = self.metric_at, self.instance_at
         at, base = toc.offset, self.mf.base
-        pairs = zip(words[2::4].tolist(), words[3::4].tolist(), strict=True)
-        for i, (moff, ioff) in enumerate(pairs):
+        moffs, ioffs = words[2::4].tolist(), words[3::4].tolist()
+        i, count = 0, len(moffs)
+        while i < count:
+            moff, ioff = moffs[i], ioffs[i]
             metric = metric_at.get(moff)
+            run = self.run(metric, moffs, ioffs, i) if metric is not None else 0
+            if (
+                run and metric is not None
+            ):  # a whole metric, instance by instance, as libpcp_mmv lays it out
+                step = fmt.VALUE_SIZE
+                metric.slots = array("q", range(at - base, at - base + run * step, step))
+                at += run * step
+                i += run
+                continue
+            i += 1
             if metric is not None and metric.type != fmt.TYPE_STRING:
                 if metric.indom is None:
                     pos = 0
@@ -977,8 +991,31 @@ class _Parser:
                     metric.slots[pos] = at - base
                     at += fmt.VALUE_SIZE
                     continue
-            self.value(at, f"values[{i}]")
+            self.value(at, f"values[{i - 1}]")
             at += fmt.VALUE_SIZE
+
+    def run(self, metric: Metric, moffs: list[int], ioffs: list[int], i: int) -> int:
+        """How many values from ``i`` on are the whole of ``metric``, one per instance in
+        its indom's order with none set before (0 when they are not: checked one value at
+        a time).  Tried once per metric, so a file cannot make it cost more than its size."""
+        if metric.indom is None or metric.type == fmt.TYPE_STRING or metric.item in self.tried:
+            return 0
+        self.tried.add(metric.item)
+        order = self.instance_order(metric.indom)
+        k = len(order)
+        if not k or k != len(metric.slots) or ioffs[i : i + k] != order:
+            return 0
+        if moffs[i : i + k] != [moffs[i]] * k:
+            return 0
+        return k if metric.slots.count(-1) == k else 0
+
+    def instance_order(self, serial: int) -> list[int]:
+        """Entry offsets of indom ``serial``'s instances, by position."""
+        if self.order is None:
+            self.order = {}
+            for off, (indom, pos) in self.instance_at.items():
+                self.order.setdefault(indom.serial, [-1] * len(indom.instances))[pos] = off
+        return self.order.get(serial, [])
 
     def value(self, at: int, where: str) -> None:
         _, extra, moff, ioff = fmt.VALUE.unpack_from(self.data, at)

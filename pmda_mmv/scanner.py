@@ -8,6 +8,12 @@ changed (mtime, or an event queued by :mod:`~.watcher`), retries the files that 
 ready as their backoff says, and checks the generation pair of served files at most every
 ``check_interval`` seconds.  Unchanged files keep their descriptor, tables, cluster and PMIDs.
 
+Budget: loading, validating and cataloguing stop once a request has spent ``budget``
+seconds on them (BUDGET; at least one file is loaded per request); the names not reached
+stay queued, in order, state PENDING, and the next requests go on with them.  A forced
+refresh (the first scan of an agent pmcd started with ``notready``, ``pmda-mmv debug``)
+is not bounded.
+
 Not ready (empty, header or generation not written yet, g1 != g2): retried at the next
 request, then after RETRY_FIRST seconds, doubling up to RETRY_MAX; at once when a watcher
 event names the file or its stat changed; at most RETRY_BUDGET such retries per request
@@ -68,6 +74,7 @@ PARTIAL: Final = "partial"
 NOT_READY: Final = "not-ready"
 NOT_READY_GRACE: Final = 1.0  # seconds a file may stay not ready before it is logged
 REFUSED: Final = "refused"
+PENDING: Final = "pending"  # found, queued for loading by a later request (budget)
 EXITED: Final = "exited"
 IGNORED: Final = "ignored"
 """States of a directory entry, as ``mmv.control.file.state`` reports them (``ignored``
@@ -96,6 +103,8 @@ def parse_owners(spec: str | None) -> tuple[int, ...] | None:
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
 RETRY_BUDGET: Final = 16  # retries (header reads or reopens) of files not ready per request
+MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
+BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
 
@@ -193,6 +202,8 @@ class Scanner:
         log: Log | None = None,
         clock: Callable[[], float] = time.monotonic,
         pidfd: bool = True,
+        budget: float | None = BUDGET,
+        max_total: int = MAX_TOTAL,
     ) -> None:
         self.directory = directory
         self.catalogue = catalogue
@@ -204,6 +215,13 @@ class Scanner:
         self.log: Log = lambda line: sink(printable(line))
         self.clock = clock
         self.states: dict[str, FileState] = {}
+        self.budget = budget
+        self.max_total = max_total
+        self._total = 0  # bytes of the served files
+        self._loading = 0  # bytes of the files one _consider opened, not served yet
+        self._released = 0  # files unserved so far (a refusal for max_total may now pass)
+        self._queue: dict[str, None] = {}  # names to (re)load, in order (budget)
+        self._asked: dict[int, int] = {}  # header cluster -> served files asking for it
         self.reload_requested = False
         self.rescans = 0
         self._dir_key: tuple[int, ...] | None = None
@@ -233,7 +251,12 @@ class Scanner:
     def pending(self) -> bool:
         """True while a rescan is pending: a file is not ready, or a reload was requested
         (what ``mmv.control.reload`` reports)."""
-        return self.reload_requested or bool(self._not_ready)
+        return self.reload_requested or bool(self._not_ready) or bool(self._queue)
+
+    @property
+    def queued(self) -> int:
+        """Names waiting for a later request's budget to be loaded."""
+        return len(self._queue)
 
     def served(self) -> list[FileEntry]:
         return list(self.catalogue.files.values())
@@ -255,11 +278,15 @@ class Scanner:
 
     # -- the per-request check
 
-    def refresh(self, force: bool = False) -> Changes:
-        """Bring the catalogue up to date with the directory; returns what changed."""
+    def refresh(self, force: bool = False, bounded: bool | None = None) -> Changes:
+        """Bring the catalogue up to date with the directory (within the budget when
+        ``bounded``, by default unless ``force``); returns what changed."""
         changes = self._exited()
         dirty = self._take_dirty()
         now = self.clock()
+        bounded = not force if bounded is None else bounded
+        # loading and validating take half the budget: cataloguing and the tables the rest
+        deadline = now + self.budget / 2 if bounded and self.budget is not None else None
         for name in dirty & self._not_ready:  # an event for a file that waits: at once
             self._schedule(self.states[name], 0.0, now)
         retry = set(self._not_ready) if force else self._due(now)
@@ -269,15 +296,38 @@ class Scanner:
             self.reload_requested = False
             changes.extend(self._rescan())
         else:
-            names = sorted((dirty - self._not_ready) | retry)
-            if names:
-                changes.extend(self._consider(names))
+            changes.extend(self._enqueue(sorted((dirty - self._not_ready) | retry)))
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
-        if self._starved and self.catalogue.freed != self._freed:
+        changes.extend(self._drain(deadline))
+        freed = self.catalogue.freed + self._released
+        if self._starved and freed != self._freed:
             changes.extend(self._retry_starved())
-        self._freed = self.catalogue.freed
+        self._freed = self.catalogue.freed + self._released
+        return changes
+
+    def _enqueue(self, names: Iterable[str]) -> Changes:
+        """Queue ``names`` for loading (after those already queued); a name not seen
+        before is PENDING until it is reached."""
+        changes = Changes()
+        for name in names:
+            if name in self._queue:
+                continue
+            self._queue[name] = None
+            if name not in self.states:
+                self.states[name] = FileState(name, self._instance(name), state=PENDING)
+                changes.states = True
+        return changes
+
+    def _drain(self, deadline: float | None) -> Changes:
+        """Load queued names in order until ``deadline`` (None: all of them)."""
+        if not self._queue:
+            return Changes()
+        names, self._queue = list(self._queue), {}
+        changes, rest = self._consider(names, deadline)
+        if rest:
+            self._queue = dict.fromkeys([*rest, *self._queue])
         return changes
 
     def _schedule(self, state: FileState, delay: float, when: float) -> None:
@@ -345,7 +395,7 @@ class Scanner:
         changes = Changes()
         for name in sorted(self._starved):
             self.states[name].key = UNSEEN
-            changes.extend(self._consider([name]))
+            changes.extend(self._consider([name])[0])
             if name in self._starved:
                 break
         return changes
@@ -354,7 +404,8 @@ class Scanner:
         """Load ``name`` again now (its values read as changed)."""
         if name in self.states:
             self.states[name].key = UNSEEN
-        return self._consider([name])
+        self._queue.pop(name, None)
+        return self._consider([name])[0]
 
     def _directory_changed(self) -> bool:
         try:
@@ -385,11 +436,12 @@ class Scanner:
         changes = Changes()
         for gone in sorted(set(self.states) - set(names)):
             changes.extend(self._forget(gone))
-        changes.extend(self._consider(names))
+        changes.extend(self._enqueue(names))
         return changes
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
+        self._queue.pop(name, None)
         self._unpeek(state)
         self._not_ready.discard(name)
         self._starved.discard(name)
@@ -402,18 +454,28 @@ class Scanner:
         entry = self.catalogue.remove(state.name)
         assert entry is not None and entry is state.entry
         state.entry = None
+        _count(self._asked, entry.mf.header.cluster, -1)
+        self._total -= entry.mf.size
+        self._released += 1
         entry.mf.close()
         if state.writer is not None:
             self._unwatch(state.writer)
             state.writer = None
         return entry
 
-    def _consider(self, names: list[str]) -> Changes:
+    def _consider(
+        self, names: list[str], deadline: float | None = None
+    ) -> tuple[Changes, list[str]]:
         """(Re)load the named entries whose stat changed and serve them in name order (names
-        are first come, first served); auto-assigned clusters avoid every requested one."""
+        are first come, first served); auto-assigned clusters avoid every requested one.
+        Past ``deadline`` (once one file was loaded) the names not reached are returned."""
         changes = Changes()
         opened: list[tuple[FileState, MmvFile, Writer | None]] = []
-        for name in names:
+        rest: list[str] = []
+        for i, name in enumerate(names):
+            if deadline is not None and opened and self.clock() >= deadline:
+                rest = names[i:]
+                break
             if not os.path.lexists(os.path.join(self.directory, name)):
                 if name in self.states:
                     changes.extend(self._forget(name))
@@ -425,13 +487,15 @@ class Scanner:
             loaded = self._load(state, changes)
             if loaded is not None:
                 opened.append((state, *loaded))
-        requested = {e.mf.header.cluster for e in self.catalogue.files.values()}
+                self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
+        self._loading = 0
+        requested = {c for c, n in self._asked.items() if n}
         requested |= {mf.header.cluster for _, mf, _ in opened}
         requested.discard(0)
         wanted = self.catalogue.wanted_indoms(mf for _, mf, _ in opened)
         for state, mf, writer in sorted(opened, key=lambda p: p[0].name):  # first name wins
             self._serve(state, mf, writer, (requested - {mf.header.cluster}, wanted), changes)
-        return changes
+        return changes, rest
 
     def _instance(self, name: str) -> int:
         """The status instance id of ``name``: kept while remembered, never reused."""
@@ -460,6 +524,15 @@ class Scanner:
         if key == state.key:
             return None
         state.key = key
+        others = self._total + self._loading - (state.entry.mf.size if state.entry else 0)
+        if st.st_size <= self.max_size and others + st.st_size > self.max_total:
+            why = (
+                f"{path}: file size {st.st_size}: the served files would hold more than "
+                f"{self.max_total} bytes (--max-total), file not served"
+            )
+            self._set(state, REFUSED, why, changes)
+            self._starved.add(state.name)  # retried when a file leaves
+            return None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
@@ -540,6 +613,8 @@ class Scanner:
             return
         state.entry = entry
         state.error = None
+        _count(self._asked, mf.header.cluster, 1)
+        self._total += mf.size
         if writer is not None:
             self._watch(state, writer)
         if entry.starved:
@@ -607,10 +682,9 @@ class Scanner:
             writer = state.writer
             if writer is not None and writer.fd < 0 and not _running(writer):
                 self._set(state, EXITED, self._exit_reason(entry.mf.path, entry.mf), changes)
-        if stale:
-            for name in stale:
-                self.states[name].key = UNSEEN
-            changes.extend(self._consider(stale))
+        for name in stale:  # reloaded within the budget, this request or the next ones
+            self.states[name].key = UNSEEN
+        changes.extend(self._enqueue(stale))
         return changes
 
     def _writer(self, mf: MmvFile) -> Writer | None:
@@ -700,6 +774,14 @@ def _problems(mf: MmvFile, entry: FileEntry) -> list[str]:
     """What was skipped of a served file, one line each: the reader's, then the
     catalogue's."""
     return [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
+
+
+def _count(table: dict[int, int], key: int, step: int) -> None:
+    n = table.get(key, 0) + step
+    if n:
+        table[key] = n
+    else:
+        table.pop(key, None)
 
 
 def _key(st: os.stat_result) -> tuple[int, ...]:

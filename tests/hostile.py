@@ -8,8 +8,10 @@ and other constructions of the same kinds than the issue's.  Every function writ
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from pmda_mmv import format as fmt
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value
@@ -150,6 +152,68 @@ def _labels_in_sections(b: MmvBuilder, labels: list[Label]) -> None:
     b.tail = bytes(tail)
 
 
+def many_files(directory: Path, count: int, *, per_cluster: int = 200) -> list[Path]:
+    """``count`` small valid files (5 U64 metrics over an indom of 4 instances), each
+    ``per_cluster`` of them sharing a header cluster at distinct items, so that every one
+    can be served (4,095 clusters would not do for one each)."""
+    images: dict[int, bytearray] = {}
+    paths = []
+    for k in range(count):
+        slot = k % per_cluster
+        if slot not in images:
+            b = MmvBuilder(cluster=1)
+            b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(4)]))
+            b.metrics += [Metric(f"m{j}", slot * 5 + j, fmt.TYPE_U64, indom=1) for j in range(5)]
+            b.values += [Value(f"m{j}", i, 10 * j + i) for j in range(5) for i in range(4)]
+            images[slot] = b.build().data
+        data = images[slot]
+        struct.pack_into("=i", data, CLUSTER_AT, 2000 + k // per_cluster)
+        path = directory / f"many{k:05d}"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths
+
+
+def flat_names(directory: Path, files: int, names: int) -> list[Path]:
+    """``files`` NOPREFIX files of ``names`` singular metrics each, every name directly
+    below the prefix (one flat namespace node)."""
+    paths = []
+    for f in range(files):
+        b = MmvBuilder(cluster=300 + f, flags=fmt.FLAG_NOPREFIX)
+        for j in range(names):
+            b.metrics.append(Metric(f"flat{f}_{j}", j + 1, fmt.TYPE_U64))
+            b.values.append(Value(f"flat{f}_{j}", None, j))
+        path = directory / f"flat{f:03d}"
+        b.write(path)
+        paths.append(path)
+    return paths
+
+
+def big_files(directory: Path, count: int, metrics: int, instances: int) -> list[Path]:
+    """``count`` valid files of ``metrics`` x ``instances`` values each, written by
+    libpcp_mmv (100 x 12,000 is about 40 MB), all at once."""
+    from tests.writers.libpcp_mmv import Registry, library
+
+    lib = library()
+    paths = []
+    for k in range(count):
+        path = directory / f"big{k}"
+        r = Registry(path, 400 + k, lib=lib)
+        try:
+            r.indom(1, ((i, f"i{i}") for i in range(instances)), "big")
+            for j in range(metrics):
+                r.metric(f"m{j}", j + 1, fmt.TYPE_U64, fmt.SEM_COUNTER, 0, 1)
+            r.start()
+        finally:
+            r.free()
+        paths.append(path)
+    return paths
+
+
+CLUSTER_AT: Final = 36
+"""Offset of the header's cluster field (fmt.HEADER: magic, version, g1, g2, tocs, flags,
+process, cluster)."""
+
 ATTACKS: dict[str, Population] = {
     "40,000 one-entry VALUES sections (past the TOC cap)": lambda d: many_sections(d, 40_000),
     "1,000 sections, each on the one before": lambda d: many_sections(d, 1_000, overlap=True),
@@ -165,6 +229,9 @@ ATTACKS: dict[str, Population] = {
     "40,000 instances with 8,000 instance labels (valid)": lambda d: instance_labels(
         d, 40_000, 8_000
     ),
+    "6,000 small valid files at once": lambda d: many_files(d, 6_000),
+    "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
+    "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
 tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""

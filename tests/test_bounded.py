@@ -151,6 +151,70 @@ def test_attack_leaves_the_good_file_served(served: Served, attack: str) -> None
 
 
 @pytest.mark.pmcd
+def test_ten_thousand_files_at_once_are_served_over_several_requests(served: Served) -> None:
+    """10,000 files appearing at once: the requests that find them load them within the
+    budget, the rest are pending in the status metrics, and every one is served in the
+    end, while the good file answers every fetch and pmcd never drops the agent."""
+    paths = hostile.many_files(served.dir, 10_000)
+    try:
+        states = served.pmcd.run("pminfo", "-f", "mmv.control.file.state", timeout=120)
+        assert '"pending"' in states.stdout, states.stdout[-2000:]
+        for _ in range(1000):
+            served.assert_good_answers()
+            out = served.pmcd.run("pmprobe", "-v", "mmv.control.files").stdout.split()
+            if out[-1] == str(len(paths) + 1):
+                break
+        else:
+            pytest.fail(f"served files: {out}")
+        states = served.pmcd.run("pminfo", "-f", "mmv.control.file.state", timeout=120)
+        assert states.stdout.count('"ok"') == len(paths) + 1, states.stdout[-2000:]
+        assert '"pending"' not in states.stdout
+    finally:
+        for path in paths:
+            path.unlink()
+    served.assert_good_answers()
+
+
+@pytest.mark.pmcd
+def test_files_rewritten_in_a_loop_leave_the_good_file_served(served: Served) -> None:
+    """Small files rewritten with a new generation over and over beside 100 files of
+    1,000 metrics: the good file answers every fetch, the agent is never dropped."""
+    big: list[Path] = []
+    for f in range(100):
+        b = mmvbuild.MmvBuilder(cluster=500 + f)
+        b.metrics += [mmvbuild.Metric(f"m{j}", j, fmt.TYPE_U64) for j in range(1000)]
+        b.values += [mmvbuild.Value(f"m{j}", None, j) for j in range(1000)]
+        big.append(served.dir / f"served{f:03d}")
+        b.write(big[-1])
+    loop = [served.dir / f"loop{k}" for k in range(10)]
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        generation = 0x5F5E1000000001
+        while not stop.is_set():
+            for k, path in enumerate(loop):
+                generation += 1
+                b = mmvbuild.MmvBuilder(cluster=700 + k, generation=generation)
+                b.metrics.append(mmvbuild.Metric("v", 1, fmt.TYPE_U64))
+                b.values.append(mmvbuild.Value("v", None, generation))
+                tmp = path.with_name("." + path.name)
+                b.write(tmp)
+                tmp.rename(path)
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    try:
+        for _ in range(4):
+            served.assert_good_answers()
+    finally:
+        stop.set()
+        writer.join()
+        for path in [*big, *loop]:
+            path.unlink(missing_ok=True)
+    served.assert_good_answers()
+
+
+@pytest.mark.pmcd
 def test_reloads_of_a_bad_file_log_within_the_limits(explains: Served) -> None:
     """A file of 20,000 orphan values loaded six times: its one cause is logged at most
     PER_CAUSE times, not 20,000 times per load."""

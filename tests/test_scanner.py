@@ -14,13 +14,14 @@ import pytest
 
 from pmda_mmv import catalogue
 from pmda_mmv import format as fmt
-from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
 from pmda_mmv.scanner import (
     EXITED,
     NOT_READY,
     NOT_READY_GRACE,
     OK,
     PARTIAL,
+    PENDING,
     REFUSED,
     RETRY_BUDGET,
     RETRY_FIRST,
@@ -599,3 +600,57 @@ def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> Non
 )
 def test_generation_time_decided_by_plausibility(g1: int, created: float | None) -> None:
     assert fmt.generation_time(g1, time.time()) == created
+
+
+def test_files_past_the_budget_wait_in_order_and_none_is_lost(tmp_path: Path) -> None:
+    """A clock that moves 10 ms at each reading: each refresh loads what fits in its
+    budget, the rest are PENDING, the following refreshes go on in name order."""
+    names = [f"f{k:02d}" for k in range(20)]
+    for k, name in enumerate(names):
+        one(cluster=k + 1).write(tmp_path / name)
+    ticks = itertools.count()
+    scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 0.01)
+    order: list[str] = []
+    first = scanner.refresh()
+    order += [e.name for e in first.added]
+    assert 0 < len(order) < len(names)
+    assert {scanner.states[n].state for n in names[len(order) :]} == {PENDING}
+    assert scanner.pending and scanner.queued == len(names) - len(order)
+    for _ in range(len(names)):
+        order += [e.name for e in scanner.refresh().added]
+    assert order == names
+    assert {s.state for s in scanner.states.values()} == {OK} and not scanner.queued
+
+
+def test_forced_refresh_is_not_bounded(tmp_path: Path) -> None:
+    for k in range(5):
+        one(cluster=k + 1).write(tmp_path / f"f{k}")
+    ticks = itertools.count()
+    scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 1.0)
+    assert len(scanner.refresh(force=True).added) == 5
+
+
+def test_names_below_one_node_are_capped() -> None:
+    cat = Catalogue()
+    for k in range(MAX_CHILDREN):
+        cat._claim(f"mmv.f{k}.v")
+    why = cat.name_conflict("mmv.new.v")
+    assert why is not None and "mmv has" in why
+    assert cat.name_conflict("mmv.f0.w") is None  # below an existing node: not new at mmv
+    cat._release("mmv.f0.v")
+    assert cat.name_conflict("mmv.new.v") is None
+
+
+def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    one(cluster=1).write(first)
+    one(cluster=2).write(second)
+    size = first.stat().st_size
+    scanner = Scanner(str(tmp_path), Catalogue(), max_total=size + size // 2)
+    scanner.refresh()
+    assert set(scanner.catalogue.files) == {"a"}
+    assert scanner.states["b"].state == REFUSED
+    assert "--max-total" in scanner.states["b"].last_problem
+    first.unlink()
+    scanner.refresh()
+    assert set(scanner.catalogue.files) == {"b"}
