@@ -432,6 +432,11 @@ class Scanner:
             if e.strerror != self._list_error:  # once per new error, not per request
                 self.log(f"{self.directory}: cannot list directory: {e.strerror}")
             self._list_error = e.strerror
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                # out of descriptors or memory: what is served stays served, and the
+                # listing is tried again at the next request
+                self._dir_key = None
+                return Changes()
             names = []
         changes = Changes()
         for gone in sorted(set(self.states) - set(names)):

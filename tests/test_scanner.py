@@ -654,3 +654,29 @@ def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> 
     first.unlink()
     scanner.refresh()
     assert set(scanner.catalogue.files) == {"b"}
+
+
+def test_a_listing_that_fails_for_want_of_descriptors_keeps_what_is_served(d: Dir) -> None:
+    """Found by a breaker run: with the agent at its descriptor limit, ``os.listdir`` failed
+    with EMFILE and the listing was taken as an empty directory: every served file, good
+    ones included, was dropped.  The real condition: the soft RLIMIT_NOFILE lowered to the
+    lowest free descriptor, so no descriptor can be opened."""
+    import resource
+
+    one(cluster=5).write(d.path / "good")
+    d.refresh()
+    assert d.served() == {"good"}
+    d.scanner.mark_dirty()  # the next refresh lists the directory
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest = os.dup(0)
+    os.close(lowest)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest, hard))
+    try:
+        d.refresh()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert d.served() == {"good"}
+    assert any("Too many open files" in line for line in d.logged)
+    one(cluster=6).write(d.path / "new")
+    d.refresh()  # tried again once descriptors are free
+    assert d.served() == {"good", "new"}
