@@ -1014,7 +1014,10 @@ class _Parser:
         if self.order is None:
             self.order = {}
             for off, (indom, pos) in self.instance_at.items():
-                self.order.setdefault(indom.serial, [-1] * len(indom.instances))[pos] = off
+                order = self.order.get(indom.serial)
+                if order is None:  # not setdefault: its default would be built per instance
+                    order = self.order[indom.serial] = [-1] * len(indom.instances)
+                order[pos] = off
         return self.order.get(serial, [])
 
     def value(self, at: int, where: str) -> None:
