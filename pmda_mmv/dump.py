@@ -25,11 +25,11 @@ from typing import TextIO
 
 from . import layout as fmt
 from .decode import NO_VALUE, UNSUPPORTED, Snapshot
-from .errors import Changed, MmvError
+from .errors import Changed, MmvError, NotReady
 from .pcpenv import units_text
 from .reader import MmvFile
-from .scanner import NOT_READY, OK, PARTIAL
-from .verdict import Doc, exit_status, json_text, render_check, status_of, write_lines
+from .scanner import NOT_READY, OK, PARTIAL, REFUSED
+from .verdict import Doc, exit_status, json_text, render_check, write_lines
 
 TYPE_TEXT = {
     fmt.TYPE_NOSUPPORT: "not supported",
@@ -48,6 +48,12 @@ FLAG_TEXT = {
     fmt.FLAG_PROCESS: "process",
     fmt.FLAG_SENTINEL: "sentinel",
 }
+
+
+def status_of(error: MmvError) -> str:
+    """The check status of a file whose open or read raised ``error``: ``not-ready`` for
+    NotReady and Changed (transient: try again), ``refused`` for anything else."""
+    return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
 
 
 def describe(path: str) -> Doc:

@@ -35,14 +35,19 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def _no_constants(token: str) -> object:
+    raise ValueError(f"{token} is not JSON")
+
+
+_STRICT: Final = json.JSONDecoder(parse_constant=_no_constants)
+"""JSON as PCP reads it: no NaN, Infinity or -Infinity."""
+
+
 def label_problem(payload: str) -> str | None:
     """Why PCP would reject this label payload (pmLookupLabels(3)), or None."""
-
-    def no_constants(token: str) -> object:
-        raise ValueError(f"{token} is not JSON")
-
     try:
-        obj = json.loads(payload, parse_constant=no_constants)
+        # json.loads only to say what it says of a byte order mark
+        obj = json.loads(payload) if payload.startswith("\ufeff") else _STRICT.decode(payload)
     except ValueError as e:
         return f"payload is not JSON: {e}"
     if not isinstance(obj, dict) or not obj:
@@ -69,12 +74,18 @@ def merge_labels(labels: Iterable[Label]) -> tuple[str, str]:
     (labels, notes) JSON object texts, split by the on-disk OPTIONAL flag; "" for none.
     Numbers keep the writer's spelling (``-1.5e3`` stays so); text is not re-escaped, but
     for a lone surrogate (:func:`_text`): the result always encodes to UTF-8."""
+    required, optional = _merged(labels)
+    return (_dump(required) if required else "", _dump(optional) if optional else "")
+
+
+def _merged(labels: Iterable[Label]) -> tuple[dict[str, object], dict[str, object]]:
+    """The (labels, notes) objects that :func:`merge_labels` writes out."""
     required: dict[str, object] = {}
     optional: dict[str, object] = {}
     for lb in labels:
         target = optional if lb.optional else required
-        _deep_update(target, json.loads(lb.payload, parse_float=_Raw, parse_int=_Raw))
-    return (_dump(required) if required else "", _dump(optional) if optional else "")
+        _deep_update(target, _AS_WRITTEN.decode(lb.payload))
+    return required, optional
 
 
 def label_set_problem(labels: Iterable[Label]) -> str | None:
@@ -84,11 +95,19 @@ def label_set_problem(labels: Iterable[Label]) -> str | None:
     254 names pass, flat or in one map; 255 fail).  libpcp's JSON length limit
     (PM_MAXLABELJSONLEN, 65535) cannot be reached first: a name costs at most its 244-byte
     payload, and 254 of them take under 62,000 bytes."""
-    for text in merge_labels(labels):
-        count = _label_count(json.loads(text)) if text else 0
+    labels = list(labels)
+    if sum(len(lb.payload) for lb in labels) < _MIN_LABEL_TEXT * fmt.PM_MAXLABELS:
+        return None  # too little text to hold that many labels: not parsed again
+    for merged in _merged(labels):
+        count = _label_count(merged)
         if count >= fmt.PM_MAXLABELS:
             return f"they merge into {count} labels, libpcp accepts at most {fmt.PM_MAXLABELS - 1}"
     return None
+
+
+_MIN_LABEL_TEXT: Final = 6
+"""The fewest characters of payload one counted label takes: ``"a":1`` and a comma or a
+brace (a payload of ``n`` labels is at least ``6 * n + 1`` characters long)."""
 
 
 def _label_count(obj: dict[str, object]) -> int:
@@ -109,6 +128,10 @@ def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:
 
 class _Raw(str):
     """A JSON number token, kept as written."""
+
+
+_AS_WRITTEN: Final = json.JSONDecoder(parse_float=_Raw, parse_int=_Raw)
+"""JSON with its numbers kept as written (:class:`_Raw`)."""
 
 
 def _dump(value: object) -> str:

@@ -29,18 +29,12 @@ from typing import Any, TextIO
 
 from . import layout as fmt
 from .catalogue import Catalogue
-from .errors import Changed, MmvError, NotReady
+from .errors import Changed, MmvError
 from .reader import DEFAULT_MAX_SIZE, MmvFile
 from .rules import printable
 from .scanner import IGNORED, NOT_READY, OK, REFUSED, Scanner, ignore_reason, parse_owners
 
 Doc = dict[str, Any]
-
-
-def status_of(error: MmvError) -> str:
-    """The check status of a file whose open or read raised ``error``: ``not-ready`` for
-    NotReady and Changed (transient: try again), ``refused`` for anything else."""
-    return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
 
 
 def _problem_doc(line: str, path: str) -> Doc:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pmda_mmv import dump, pcpcompat, pcpenv, verdict
 from pmda_mmv import layout as fmt
 from pmda_mmv.reader import MmvFile
+from tests import mmvbuild as mb
 from tests.mmvbuild import FIELDS, Image, Indom, Instance, Metric, MmvBuilder, Value, sample
 from tests.writers import reference
 
@@ -944,3 +945,15 @@ def test_field_names_cover_every_struct() -> None:
     """mmvbuild names every field of every layout.py struct (the builder's premise)."""
     for st_, names in FIELDS.items():
         assert len(st_.unpack(bytes(st_.size))) == len(names)
+
+
+def test_layout_offsets_agree_with_the_builder() -> None:
+    """The layout's field offsets (what the parser and every message use) are those the
+    builder computes on its own from the same formats, for every record, and the offsets
+    the old messages typed by hand."""
+    for st_, names in FIELDS.items():
+        assert isinstance(st_, fmt.Record)
+        assert st_.names == names and st_.at == mb.field_offsets(st_)
+    assert (fmt.HEADER.at["process"], fmt.HEADER.at["cluster"]) == (32, 36)
+    assert fmt.header_field("cluster") == "header.cluster at offset 36"
+    assert fmt.METRIC_V2.offset(1000, "indom") == 1024 and fmt.TOC.offset(40, "offset") == 48

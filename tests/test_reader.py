@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import string
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,9 +15,10 @@ import pytest
 
 from pmda_mmv import layout as fmt
 from pmda_mmv.decode import NO_VALUE, UNSUPPORTED
+from pmda_mmv.entries import Label as EntryLabel
 from pmda_mmv.errors import Changed, Corrupt, MmvError, NotReady, Refused
 from pmda_mmv.reader import MmvFile
-from pmda_mmv.rules import merge_labels
+from pmda_mmv.rules import label_set_problem, merge_labels
 from tests import mmvbuild as mb
 from tests.mmvbuild import Image, Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
@@ -1153,3 +1155,24 @@ def test_column_with_scattered_and_missing_values(load: Loader) -> None:
 
     assert m.stride == 0 and mf.column(mf.snapshot(), m) == [-1, MISSING, -3]
     assert mf.column(mf.snapshot(), n) == [1, 2, 3]
+
+
+def _shortest_labels(count: int) -> list[EntryLabel]:
+    """Cluster labels merging into ``count`` labels with the least text: maps named by one
+    letter, each of up to 52 one-letter names."""
+    letters = string.ascii_letters
+    out = []
+    for k in range(-(-count // len(letters))):
+        inner = letters[: min(len(letters), count - k * len(letters))]
+        payload = f'{{"{letters[k]}":{{' + ",".join(f'"{x}":1' for x in inner) + "}}"
+        out.append(EntryLabel(fmt.LABEL_CLUSTER, 12, -1, payload, False, 0))
+    return out
+
+
+def test_label_set_shortest_text_is_still_counted() -> None:
+    """The shortcut that skips counting a set with too little text for PM_MAXLABELS
+    labels skips no set libpcp rejects: the shortest payloads of 255 labels are refused,
+    of 254 served."""
+    assert label_set_problem(_shortest_labels(fmt.PM_MAXLABELS - 1)) is None
+    why = label_set_problem(_shortest_labels(fmt.PM_MAXLABELS))
+    assert why is not None and f"into {fmt.PM_MAXLABELS} labels" in why
