@@ -206,7 +206,7 @@ def judge(paths: Iterable[str], options: Options) -> list[Doc]:
     return results
 
 
-# -- text rendering ---------------------------------------------------------------------
+# -- text rendering ------------------------------------------------------------------------
 
 
 def _problem_lines(problems: Sequence[Doc]) -> list[str]:
@@ -231,7 +231,7 @@ def render_check(result: Doc) -> list[str]:
     return lines
 
 
-# -- commands ---------------------------------------------------------------------------
+# -- commands ------------------------------------------------------------------------------
 
 
 def json_text(obj: object) -> str:

@@ -13,6 +13,7 @@ from .strings import string
 
 V = fmt.VALUE.at
 """Field offsets of a value entry."""
+_WORD = 8  # the metric and instance fields are 8-byte words, read as one array each
 
 
 def value_span(st: State, tocs: list[Toc]) -> None:
@@ -30,7 +31,9 @@ def values(st: State, toc: Toc) -> None:
     words = memoryview(st.data)[toc.offset : end].cast("Q")  # native, as fmt.VALUE
     metric_at, instance_at = st.metric_at, st.instance_at
     at, base, step = toc.offset, st.out.base, fmt.VALUE_SIZE
-    moffs, ioffs = words[2::4].tolist(), words[3::4].tolist()
+    per = fmt.VALUE_SIZE // _WORD  # 8-byte words per entry
+    moffs = words[V["metric"] // _WORD :: per].tolist()
+    ioffs = words[V["instance"] // _WORD :: per].tolist()
     i, count = 0, len(moffs)
     while i < count:
         moff, ioff = moffs[i], ioffs[i]
