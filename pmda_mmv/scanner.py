@@ -28,7 +28,7 @@ descriptor, all of them in one epoll set polled at the start of every request, s
 exit removes its file at the next request whatever the number of files (a zombie has exited
 too).  Without pidfds (Linux < 5.3, or out of descriptors) psutil checks the process at the
 periodic check.  A live process that started more than PID_SLACK seconds after the file's
-creation (:func:`~.format.generation_time`) is not its writer but a reused PID.
+creation (:func:`~.layout.generation_time`) is not its writer but a reused PID.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
 is retried when the catalogue frees one (in name order, until one is still refused).
@@ -54,17 +54,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from . import format as fmt
+from . import layout as fmt
 from .catalogue import Catalogue, FileEntry, Log, remember
-from .reader import (
-    DEFAULT_MAX_SIZE,
-    Changed,
-    MmvError,
-    MmvFile,
-    NotReady,
-    printable,
-    read_header,
-)
+from .errors import Changed, MmvError, NotReady
+from .parse.header import read_header
+from .reader import DEFAULT_MAX_SIZE, MmvFile
+from .rules import printable
 
 if TYPE_CHECKING:
     import psutil  # imported where used: check and debug need it only for PROCESS files
@@ -758,7 +753,7 @@ class Scanner:
     @staticmethod
     def _exit_reason(path: str, mf: MmvFile) -> str:
         return (
-            f"{path}: header.process at offset 32: writer process {mf.header.process} "
+            f"{path}: {fmt.header_field('process')}: writer process {mf.header.process} "
             "has exited (MMV_FLAG_PROCESS), file not served"
         )
 
@@ -808,7 +803,7 @@ def _kind(mode: int) -> str:
 
 
 def _waits(path: str, head: bytes) -> bool:
-    """Whether a file whose first bytes are ``head`` is not ready (reader.read_header)."""
+    """Whether a file whose first bytes are ``head`` is not ready (parse.header.read_header)."""
     if not head:
         return True  # empty
     if len(head) < fmt.HEADER_SIZE:
