@@ -44,7 +44,18 @@ from fuzz.target import check_bytes, check_file
 from pmda_mmv import format as fmt
 from pmda_mmv.scanner import NOT_READY_GRACE
 from tests import mmvbuild
-from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
+from tests.mmvbuild import (
+    Indom,
+    Instance,
+    Label,
+    Metric,
+    MmvBuilder,
+    Value,
+    dead_pid,
+    publish,
+    sample,
+)
+from tests.mmvbuild import single as one
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 
 pytestmark = pytest.mark.pmcd
@@ -53,14 +64,6 @@ GOOD = "mmv.good.py.counter"
 DATA = Path(__file__).parent / "data"
 UNKNOWN_NAME = "-12357"  # PM_ERR_NAME, as pmprobe prints it
 EMPTY = "file.size at offset 0: size 0, not written yet"
-
-
-def one(cluster: int = 1, value: int = 1, name: str = "v", **kw: object) -> MmvBuilder:
-    """A file with a single U32 metric ``name`` holding ``value``."""
-    b = MmvBuilder(cluster=cluster, **kw)  # type: ignore[arg-type]
-    b.metrics.append(Metric(name, 1))
-    b.values.append(Value(name, None, value))
-    return b
 
 
 # -- the served directory --------------------------------------------------------------------
@@ -455,12 +458,6 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.write(data)
         f.truncate(len(data))
-
-
-def publish(path: Path, data: bytes) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def recreate(path: Path, data: bytes) -> None:
@@ -889,12 +886,6 @@ def test_file_name_cannot_forge_log_lines(agent: Agent, scratch: Scratch) -> Non
 
 
 # -- process liveness ------------------------------------------------------------------------
-
-
-def dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
 
 
 def started_long_ago() -> int:
