@@ -44,17 +44,7 @@ from fuzz.target import check_bytes, check_file
 from pmda_mmv import format as fmt
 from pmda_mmv.scanner import NOT_READY_GRACE
 from tests import mmvbuild
-from tests.mmvbuild import (
-    Indom,
-    Instance,
-    Label,
-    Metric,
-    MmvBuilder,
-    Value,
-    dead_pid,
-    publish,
-    sample,
-)
+from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 from tests.mmvbuild import single as one
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 
@@ -481,7 +471,7 @@ RACES: dict[str, Callable[[Path, bytes], None]] = {
     "truncated": truncate_then_restore,
     "grown": grow_then_shrink,
     "rewritten_in_place": rewrite_in_place,
-    "renamed_over": publish,
+    "renamed_over": mmvbuild.publish,
     "unlinked_recreated": recreate,
 }
 
@@ -910,7 +900,7 @@ def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: bo
     started = psutil.Process().create_time()
     now = int(started) << 32
     pid, generation = {
-        "dead": (dead_pid(), now),
+        "dead": (mmvbuild.dead_pid(), now),
         "reused": (os.getpid(), started_long_ago()),
         # Speed, Parfait and Hornet: the creation time in plain Unix seconds
         "reused_seconds": (os.getpid(), int(started) - 3600),

@@ -17,18 +17,8 @@ from pmda_mmv.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from pmda_mmv.reader import Changed
 from pmda_mmv.scanner import Changes, Scanner
 from pmda_mmv.serving import PM_IN_NULL, Held, Plan, Serving, key
-from tests.mmvbuild import (
-    TYPE_SAMPLES,
-    Indom,
-    Instance,
-    Label,
-    Metric,
-    MmvBuilder,
-    Value,
-    publish,
-    sample,
-    single,
-)
+from tests import mmvbuild as mb
+from tests.mmvbuild import MmvBuilder, publish, sample, single
 
 
 class Served:
@@ -93,7 +83,7 @@ def test_values_follow_the_file(served: Served) -> None:
 def test_every_instance_and_type_from_one_snapshot(served: Served) -> None:
     sample().write(served.path / "s")
     served.step()
-    for mtype, value in TYPE_SAMPLES.items():
+    for mtype, value in mb.TYPE_SAMPLES.items():
         name = f"mmv.s.m.t{fmt.TYPE_NAMES[mtype]}"
         assert served.fetch(name, 0, 1, 7) == [[value, 1]] * 3, name
     assert served.fetch("mmv.s.m.tu32", 99) == [None]  # no such instance: no value
@@ -102,9 +92,9 @@ def test_every_instance_and_type_from_one_snapshot(served: Served) -> None:
 def test_a_shared_pmid_takes_each_instance_from_the_first_file(served: Served) -> None:
     def per_instance(*insts: tuple[int, str, int]) -> MmvBuilder:
         b = MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
-        b.indoms.append(Indom(2, [Instance(i, n) for i, n, _ in insts]))
-        b.metrics.append(Metric("pets.count", 1, indom=2))
-        b.values += [Value("pets.count", i, v) for i, _, v in insts]
+        b.indoms.append(mb.Indom(2, [mb.Instance(i, n) for i, n, _ in insts]))
+        b.metrics.append(mb.Metric("pets.count", 1, indom=2))
+        b.values += [mb.Value("pets.count", i, v) for i, _, v in insts]
         return b
 
     per_instance((1, "cat", 10), (2, "dog", 20)).write(served.path / "b")
@@ -171,8 +161,8 @@ def test_a_file_changed_under_a_fetch_is_reloaded(served: Served) -> None:
     single(5, 1).write(path)
     served.step()
     b = single(5, 2)
-    b.metrics.append(Metric("w", 2))
-    b.values.append(Value("w", None, 3))
+    b.metrics.append(mb.Metric("w", 2))
+    b.values.append(mb.Value("w", None, 3))
     b.generation += 1
     with open(path, "r+b") as f:  # in place, another generation: Changed at the snapshot
         f.write(bytes(b.build().data))
@@ -183,8 +173,8 @@ def test_a_file_changed_under_a_fetch_is_reloaded(served: Served) -> None:
 
 def test_what_is_not_a_value(served: Served) -> None:
     b = single(5, 1)
-    b.metrics.append(Metric("odd", 2, fmt.TYPE_NOSUPPORT))
-    b.values.append(Value("odd", None, 0))
+    b.metrics.append(mb.Metric("odd", 2, fmt.TYPE_NOSUPPORT))
+    b.values.append(mb.Value("odd", None, 0))
     b.write(served.path / "app")
     served.step()
     assert served.fetch("mmv.app.odd") == [[serving.PM_ERR_APPVERSION, 0]]
@@ -226,10 +216,10 @@ def test_labels_and_notes(served: Served) -> None:
 
 def test_instance_labels_take_unsigned_ids(served: Served) -> None:
     b = MmvBuilder(version=3, cluster=4)
-    b.indoms.append(Indom(1, [Instance(-5, "minus five")]))
-    b.metrics.append(Metric("m", 1, indom=1))
-    b.values.append(Value("m", -5, 1))
-    b.labels.append(Label(fmt.LABEL_INSTANCES, 1, '{"sign":"minus"}', internal=-5))
+    b.indoms.append(mb.Indom(1, [mb.Instance(-5, "minus five")]))
+    b.metrics.append(mb.Metric("m", 1, indom=1))
+    b.values.append(mb.Value("m", -5, 1))
+    b.labels.append(mb.Label(fmt.LABEL_INSTANCES, 1, '{"sign":"minus"}', internal=-5))
     b.write(served.path / "neg")
     served.step()
     [entry] = served.catalogue.files.values()
@@ -242,9 +232,9 @@ def test_instance_labels_take_unsigned_ids(served: Served) -> None:
 def test_indom_as_served_merges_the_files(served: Served) -> None:
     def pets(*insts: tuple[int, str]) -> MmvBuilder:
         b = MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
-        b.indoms.append(Indom(2, [Instance(i, n) for i, n in insts], "pets", "the pets"))
-        b.metrics.append(Metric("pets.count", 1, indom=2))
-        b.values += [Value("pets.count", i, 1) for i, _ in insts]
+        b.indoms.append(mb.Indom(2, [mb.Instance(i, n) for i, n in insts], "pets", "the pets"))
+        b.metrics.append(mb.Metric("pets.count", 1, indom=2))
+        b.values += [mb.Value("pets.count", i, 1) for i, _ in insts]
         return b
 
     pets((1, "cat"), (2, "dog")).write(served.path / "a")
