@@ -124,16 +124,27 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         own = control.control_metrics(self.opts.status_metrics, pcpcompat.debug_options())
         for item, metric in own.items():
             self._add_own(item, metric, c_api.PM_INDOM_NULL)
-        self.model.serve_control(RELOAD, lambda: int(self.scanner.pending))
+        self.model.serve_control(RELOAD, self.reload_value)
         self.model.serve_control(DEBUG, pcpcompat.get_debug)
-        self.model.serve_control(FILES, lambda: len(self.catalogue.files))
-        # metrics served: one per PMID, however many files share it (PCP QA 648)
-        self.model.serve_control(METRICS, lambda: len(self.model.served_names))
+        self.model.serve_control(FILES, self.files_value)
+        self.model.serve_control(METRICS, self.metrics_value)
         if self.opts.status_metrics:
             self._update_status_indom()
             for item, status in control.FILE_STATUS.items():
                 self._add_own(item, status.metric, self.indom(control.STATUS_SERIAL))
             self.model.serve_status(self.scanner.states)
+
+    def reload_value(self) -> int:
+        """mmv.control.reload: 1 while a rescan is requested or files wait to be loaded."""
+        return int(self.scanner.pending)
+
+    def files_value(self) -> int:
+        """mmv.control.files: the files served."""
+        return len(self.catalogue.files)
+
+    def metrics_value(self) -> int:
+        """mmv.control.metrics: one per PMID, however many files share it (PCP QA 648)."""
+        return len(self.model.served_names)
 
     def _add_own(self, item: int, metric: ControlMetric, indom: int) -> None:
         none = pmUnits(0, 0, 0, 0, 0, 0)
