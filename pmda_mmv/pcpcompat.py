@@ -8,12 +8,16 @@ the installed libpcp for a feature wherever one shows the difference:
   of such a PCP serves ``mmv.control.debug`` as a string of debug options (pmdbg(1)) and
   has ``mmv.control.metrics``; before, ``mmv.control.debug`` is an int and there are three
   control metrics.  Both changed in one rewrite of the C agent (7.0.0, "dynamic map
-  resets"), so one probe decides both: :func:`control_metrics`.
+  resets"), so one probe decides both (the definitions are data in
+  :func:`pmda_mmv.control.control_metrics`).
 * :func:`pmid_hash_defect`: libpcp's ``__pmHashWalkCB`` leaves the node count of a hash
   as it was after deleting every node (fixed in 7.0.1, upstream 737a18aca2): only then is
-  :mod:`pmda_mmv.pmidhash` needed.  Probed on a hash of its own.
+  :mod:`pmda_mmv.pmidhash` used, through :class:`PmidHashReset` (``--no-pmid-hash-reset``
+  switches it off).  Probed on a hash of its own.
 * The python3-pcp tables the agent edits directly (metric, help text and indom tables, the
-  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`Tables`.
+  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`Tables`, the one place in
+  the package that touches python3-pcp's private attributes; :func:`instid`, a
+  ``pmdaInstid`` whose name need not be UTF-8.
 * :func:`version`: the installed PCP's version, for what no feature shows (only tests use
   it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
 * :func:`count_scale_named`, :func:`extra_units`: the installed ``pmUnitsStr`` names
@@ -36,8 +40,9 @@ from typing import Any, Final
 import cpmapi as c_api
 import cpmda
 from pcp import pmapi
+from pcp.pmda import pmdaInstid
 
-from .pmidhash import PmHashCtl
+from .pmidhash import PmHashCtl, PmidHashCount, locate
 
 LIBPCP: Final = pmapi.LIBPCP
 _LIBC: Final = ctypes.CDLL(None)
@@ -50,56 +55,7 @@ def version() -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
 
 
-# -- mmv.control.*: the C agent's own metrics, as the installed PCP has them ---------------
-
-ControlMetric = tuple[str, int, str, str]
-"""(name below the prefix, PM_TYPE, one-line help, long help)."""
-
-RELOAD, DEBUG, FILES, METRICS = 0, 1, 2, 3
-
-_RELOAD: Final = (
-    "control.reload",
-    c_api.PM_TYPE_32,
-    "Control maps reloading",
-    "Writing anything other then 0 to this metric will result in\n"
-    "re-reading directory and re-mapping files.",
-)
-_FILES: Final = (
-    "control.files",
-    c_api.PM_TYPE_32,
-    "Memory mapped file count",
-    "Count of currently mapped and exported statistics files.",
-)
-_STATUS_FILES: Final = (
-    "control.files",
-    c_api.PM_TYPE_32,
-    "Memory mapped file count",
-    "Count of files served (state ok or partial, see mmv.control.file.state); the C\n"
-    "pmdammv counts the files it mapped, refused ones too.",
-)
-"""``control.files`` with ``--status-metrics``: what it counts, in its own text (the strict
-drop-in keeps the C text, which PCP QA compares)."""
-_DEBUG_INT: Final = (
-    "control.debug",
-    c_api.PM_TYPE_32,
-    "Debug flag",
-    "See pmdbg(1).  pmstore into this metric to change the debug value.",
-)
-_DEBUG_STRING: Final = (
-    "control.debug",
-    c_api.PM_TYPE_STRING,
-    "Debug options",
-    "See pmdbg(1).  pmstore into this metric to change the debug option(s)\n"
-    "\n"
-    "Note that if this PMDA is installed as a DSO agent, the debug options\n"
-    "are shared with pmcd(1)",
-)
-STATUS_METRICS: Final = (
-    "control.metrics",
-    c_api.PM_TYPE_32,
-    "Memory mapped metric count",
-    "Count of currently mapped and exported metrics.\nExcludes the mmv.control.* metrics.",
-)
+# -- mmv.control.*: what the C agent of the installed PCP serves ------------------------
 
 
 @functools.cache
@@ -107,16 +63,6 @@ def debug_options() -> bool:
     """The installed libpcp reports its debug options as a string (``pmGetDebug``, PCP 7):
     the C agent's ``mmv.control.debug`` is that string, and it has ``mmv.control.metrics``."""
     return hasattr(LIBPCP, "pmGetDebug")
-
-
-def control_metrics(status_metrics: bool) -> dict[int, ControlMetric]:
-    """The control metrics by item: the C agent's of this PCP, plus ``control.metrics``
-    with ``--status-metrics`` where C has none."""
-    control = {RELOAD: _RELOAD, DEBUG: _DEBUG_STRING if debug_options() else _DEBUG_INT}
-    control[FILES] = _STATUS_FILES if status_metrics else _FILES
-    if debug_options() or status_metrics:
-        control[METRICS] = STATUS_METRICS
-    return control
 
 
 def get_debug() -> str | int:
@@ -196,6 +142,42 @@ def pmid_hash_defect() -> bool:
     return bool(nodes)
 
 
+HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
+
+
+class PmidHashReset:
+    """The PMID-hash workaround of one agent (:mod:`pmda_mmv.pmidhash`), only where it is
+    needed: ``enabled`` (not ``--no-pmid-hash-reset``) and libpcp has the defect
+    (:func:`pmid_hash_defect`, PCP < 7.0.1).  Construct before dropping privileges (it
+    opens ``/proc/self/mem``); elsewhere it does nothing at all.
+
+    ``problem`` says why a reset that is needed cannot be done (logged at startup)."""
+
+    def __init__(self, domain: int, enabled: bool) -> None:
+        self.count: PmidHashCount | None = None
+        self.problem = ""
+        if enabled and pmid_hash_defect():
+            found = locate(domain, cpmda.__file__)
+            if isinstance(found, str):
+                self.problem = f"PMID hash node count not found ({found}): {HASH_NOTE}"
+            else:
+                self.count = found
+
+    def reset(self) -> str | None:
+        """Before python3-pcp rebuilds its tables (pmdaRehash): set the count right.
+        Returns a line to log when the reset failed (it is not tried again)."""
+        if self.count is None:
+            return None
+        try:
+            self.count.reset()
+        except OSError as e:
+            self.count.close()
+            self.count = None
+            self.problem = f"PMID hash node count: reset failed: {e}: {HASH_NOTE}"
+            return self.problem
+        return None
+
+
 # -- python3-pcp's own tables (the same private attributes in 6.0.3 to 7.2.2) ------------
 
 
@@ -255,6 +237,14 @@ class Tables:
         _take(p._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom))
         for table in (p._indoms, p._indom_oneline, p._indom_helptext):
             table.pop(indom, None)
+
+
+def instid(internal: int, external: str) -> Any:
+    """A ``pmdaInstid`` naming the instance with the file's bytes (``pmdaInstid`` itself
+    encodes strictly, and an external name need not be UTF-8)."""
+    inst = pmdaInstid(internal, "")
+    inst.i_name = external.encode("utf-8", "surrogateescape")
+    return inst
 
 
 def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-# ==== reader / check / dump fixtures (issue 2: test_reader*.py, test_inspect.py) ==========
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from tests import mmvbuild
 from tests.writers import cases, reference
 from tests.writers.corpus import write_corpus
+
+# ==== reader / check / dump fixtures (issue 2: test_reader*.py, test_inspect.py) ==========
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +61,37 @@ def c_reference() -> tuple[str, str]:
 
 
 # ==== end of reader / check / dump fixtures ================================================
+
+
+# ==== every test: no thread left running (issue 15) ========================================
+# As watchdog's own tests do: a test that starts an observer (pmda_mmv.watcher) or any
+# non-daemon thread must stop it.  Threads started before the test (by session fixtures)
+# are not its own.
+
+THREAD_GRACE = 5.0
+"""Seconds a test's threads get to finish after it (a stopped observer may still be
+joining its emitters); only then is one that still runs a leak."""
+
+
+def _leaks_of(before: set[threading.Thread]) -> list[threading.Thread]:
+    from watchdog.utils import BaseThread  # observers and their emitters
+
+    return [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and (not t.daemon or isinstance(t, BaseThread))
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """Fail the test that leaves a new non-daemon thread or a watchdog thread running."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_GRACE
+    leaks = _leaks_of(before)
+    for thread in leaks:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    leaks = _leaks_of(before)
+    if leaks:
+        pytest.fail(f"threads left running: {', '.join(repr(t) for t in leaks)}")

@@ -19,8 +19,11 @@ writer's input.
 
 from __future__ import annotations
 
+import os
 import re
 import struct
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -467,6 +470,34 @@ def sample(version: int = 1, labels: bool | None = None) -> MmvBuilder:
             Label(fmt.LABEL_INSTANCES, 3, '{"inst":"seven"}', internal=7),
         ]
     return b
+
+
+def single(cluster: int = 1, value: int = 1, name: str = "v", **header: Any) -> MmvBuilder:
+    """A file with one singular U32 metric ``name`` (item 1) holding ``value``; ``header``
+    sets other :class:`MmvBuilder` fields (``flags``, ``process``, ``version`` ...)."""
+    b = MmvBuilder(cluster=cluster, **header)
+    b.metrics.append(Metric(name, 1))
+    b.values.append(Value(name, None, value))
+    return b
+
+
+def publish(path: Path, file: MmvBuilder | Image | bytes) -> None:
+    """Publish ``file`` at ``path`` as libpcp_mmv does: written under a hidden name, mode
+    0644, then renamed over ``path`` (a new inode under the name)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(file, bytes):
+        tmp.write_bytes(file)
+    else:
+        file.write(tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped (for PROCESS-flag files)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 # -- real writers ---------------------------------------------------------------------------

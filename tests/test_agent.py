@@ -20,7 +20,9 @@ from tests.mmvbuild import (
     Metric,
     MmvBuilder,
     Value,
+    publish,
     sample,
+    single,
     write_capi,
     write_pcp_mmv,
 )
@@ -29,21 +31,6 @@ from tests.pmcd import PrivatePmcd, c_agent, our_agent
 
 Start = Callable[..., PrivatePmcd]
 CAPTURES = Path("/var/lib/pcp/testsuite/mmv")
-
-
-def publish(b: MmvBuilder, path: Path) -> None:
-    """Write a builder file the way libpcp_mmv publishes: a new inode under the name."""
-    tmp = path.with_name("." + path.name)
-    b.write(tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def single(cluster: int, value: int, name: str = "v") -> MmvBuilder:
-    b = MmvBuilder(cluster=cluster)
-    b.metrics.append(Metric(name, 1, fmt.TYPE_U64, fmt.SEM_INSTANT, 0, None, "one", "long one"))
-    b.values.append(Value(name, None, value))
-    return b
 
 
 def names(pmcd: PrivatePmcd, root: str = "mmv") -> set[str]:
@@ -114,13 +101,13 @@ def test_captured_files_are_served(start_mmv: Start, private_mmv_dir: Path) -> N
 def test_new_file_visible_in_the_next_request(start_mmv: Start, private_mmv_dir: Path) -> None:
     pmcd = start_mmv()
     assert pmcd.fetch("mmv.control.files") == {None: "0"}
-    publish(single(5, 123), private_mmv_dir / "fresh")
+    publish(private_mmv_dir / "fresh", single(5, 123))
     assert pmcd.fetch("mmv.fresh.v") == {None: "123"}
     assert pmcd.fetch("mmv.control.files") == {None: "1"}
 
 
 def test_removed_file_disappears(start_mmv: Start, private_mmv_dir: Path) -> None:
-    publish(single(5, 1), private_mmv_dir / "gone")
+    publish(private_mmv_dir / "gone", single(5, 1))
     pmcd = start_mmv()
     assert "mmv.gone.v" in names(pmcd)
     (private_mmv_dir / "gone").unlink()
@@ -133,19 +120,19 @@ def test_removed_file_disappears(start_mmv: Start, private_mmv_dir: Path) -> Non
 
 
 def test_rewritten_file_new_generation_new_values(start_mmv: Start, private_mmv_dir: Path) -> None:
-    publish(single(5, 1), private_mmv_dir / "app")
+    publish(private_mmv_dir / "app", single(5, 1))
     pmcd = start_mmv()
     pmid_before = pmcd.run("pminfo", "-m", "mmv.app.v").stdout
     b = single(5, 2)
     b.generation += 1
-    publish(b, private_mmv_dir / "app")
+    publish(private_mmv_dir / "app", b)
     assert pmcd.fetch("mmv.app.v") == {None: "2"}
     assert pmcd.run("pminfo", "-m", "mmv.app.v").stdout == pmid_before
 
 
 def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: Path) -> None:
-    publish(single(7, 111), private_mmv_dir / "aaa")
-    publish(single(7, 222), private_mmv_dir / "bbb")
+    publish(private_mmv_dir / "aaa", single(7, 111))
+    publish(private_mmv_dir / "bbb", single(7, 222))
     pmcd = start_mmv()
     assert pmcd.fetch("mmv.aaa.v") == {None: "111"}
     assert pmcd.fetch("mmv.bbb.v") == {None: "222"}
@@ -156,7 +143,7 @@ def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: P
 
 
 def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_dir: Path) -> None:
-    publish(sample(version=2), private_mmv_dir / "s")
+    publish(private_mmv_dir / "s", sample(version=2))
     pmcd = start_mmv()
     out = pmcd.run("pmprobe", "-I", "mmv.s.m.tdouble").stdout
     assert '"zero" "one" "seven"' in out
@@ -178,7 +165,7 @@ def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_d
 
 
 def test_store_reload_and_permission(start_mmv: Start, private_mmv_dir: Path) -> None:
-    publish(single(5, 1), private_mmv_dir / "app")
+    publish(private_mmv_dir / "app", single(5, 1))
     pmcd = start_mmv()
     ok = pmcd.run("pmstore", "mmv.control.reload", "1")
     assert ok.returncode == 0 and "new value=1" in ok.stdout
@@ -188,7 +175,7 @@ def test_store_reload_and_permission(start_mmv: Start, private_mmv_dir: Path) ->
 
 
 def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Path) -> None:
-    publish(single(5, 1), private_mmv_dir / "good")
+    publish(private_mmv_dir / "good", single(5, 1))
     (private_mmv_dir / "bad").write_bytes(b"MMV\0\x09\0\0\0" + bytes(64))
     os.chmod(private_mmv_dir / "bad", 0o644)
     pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))
@@ -208,7 +195,7 @@ def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_d
         b.indoms.append(Indom(1, [Instance(inst, f"{name}{inst}")]))
         b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1))
         b.values.append(Value("animals.tag", inst, inst))
-        publish(b, private_mmv_dir / name)
+        publish(private_mmv_dir / name, b)
     pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))
     assert pmcd.fetch("mmv.animals.tag") == {"cats10": "10", "dogs0": "0"}
     assert pmcd.fetch("mmv.control.metrics") == {None: "1"}
@@ -311,7 +298,7 @@ def test_instance_names_served_byte_for_byte(start_mmv: Start, private_mmv_dir: 
     b.indoms.append(Indom(2, [Instance(0, b"caf\xe9"), Instance(1, "plain")]))
     b.metrics.append(Metric("m", 1, indom=2))
     b.values += [Value("m", 0, 1), Value("m", 1, 2)]
-    publish(b, private_mmv_dir / "latin")
+    publish(private_mmv_dir / "latin", b)
     pmcd = start_mmv()
     import subprocess
 
@@ -370,7 +357,7 @@ def test_new_file_flags_names_and_labels_once(start_mmv: Start, private_mmv_dir:
     files = fg.extend_item("mmv.control.files")
     changes = c_api.PMCD_NAMES_CHANGE | c_api.PMCD_LABEL_CHANGE
     assert fg.fetch() & changes == 0 and files() == 0
-    publish(single(5, 1), private_mmv_dir / "fresh")
+    publish(private_mmv_dir / "fresh", single(5, 1))
     assert fg.fetch() & changes == changes and files() == 1
     assert fg.fetch() & changes == 0 and files() == 1
 
@@ -382,12 +369,12 @@ def test_writer_restarting_with_another_cluster_keeps_the_tables_whole(
     new file: its old PMID leaves before its new one arrives (found by a breaker run: the new
     PMID was added first, python3-pcp raised on the name already served, and the new file and
     every later change were lost until the agent restarted)."""
-    publish(single(500, 1), private_mmv_dir / "swapx")
+    publish(private_mmv_dir / "swapx", single(500, 1))
     pmcd = start_mmv()
     assert pmcd.fetch("mmv.swapx.v") == {None: "1"}
     (private_mmv_dir / "swapx").unlink()
-    publish(single(400, 2), private_mmv_dir / "swapx")  # the writer restarts, another cluster
-    publish(single(450, 3), private_mmv_dir / "victimy")  # another application's new file
+    publish(private_mmv_dir / "swapx", single(400, 2))  # the writer restarts, another cluster
+    publish(private_mmv_dir / "victimy", single(450, 3))  # another application's new file
     assert pmcd.fetch("mmv.swapx.v") == {None: "2"}
     assert pmcd.fetch("mmv.victimy.v") == {None: "3"}
     assert pmcd.run("pminfo", "-m", "mmv.swapx.v").stdout.split()[-1] == "70.400.1"

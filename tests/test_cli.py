@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.mmvbuild import sample
 
 
@@ -30,3 +32,22 @@ def test_help_lists_the_commands() -> None:
     assert run.returncode == 0
     for command in ("pmda", "debug", "check", "dump"):
         assert f"  {command} " in run.stdout
+
+
+def test_agent_options() -> None:
+    from pmda_mmv.options import Options, parse_args
+
+    assert parse_args([]) == Options()
+    opts = parse_args(["-d", "4", "--prefix", "pmproxy", "--max-size", "2", "--no-pmid-hash-reset"])
+    assert (opts.domain, opts.prefix, opts.logfile) == (4, "pmproxy", "pmproxy.log")
+    assert opts.max_size == 2 << 20 and not opts.pmid_hash_reset
+    assert parse_args(["--owners", "root"]).owners == (0,)
+
+
+def test_agent_options_refuse_an_unknown_owner(capsys: pytest.CaptureFixture[str]) -> None:
+    from pmda_mmv.options import parse_args
+
+    with pytest.raises(SystemExit) as done:
+        parse_args(["--owners", "no-such-user-here"])
+    assert done.value.code == 2
+    assert "no-such-user-here" in capsys.readouterr().err

@@ -45,6 +45,7 @@ from pmda_mmv import layout as fmt
 from pmda_mmv.scanner import NOT_READY_GRACE
 from tests import mmvbuild
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
+from tests.mmvbuild import single as one
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 
 pytestmark = pytest.mark.pmcd
@@ -53,14 +54,6 @@ GOOD = "mmv.good.py.counter"
 DATA = Path(__file__).parent / "data"
 UNKNOWN_NAME = "-12357"  # PM_ERR_NAME, as pmprobe prints it
 EMPTY = "file.size at offset 0: size 0, not written yet"
-
-
-def one(cluster: int = 1, value: int = 1, name: str = "v", **kw: object) -> MmvBuilder:
-    """A file with a single U32 metric ``name`` holding ``value``."""
-    b = MmvBuilder(cluster=cluster, **kw)  # type: ignore[arg-type]
-    b.metrics.append(Metric(name, 1))
-    b.values.append(Value(name, None, value))
-    return b
 
 
 # -- the served directory --------------------------------------------------------------------
@@ -457,12 +450,6 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
         f.truncate(len(data))
 
 
-def publish(path: Path, data: bytes) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def recreate(path: Path, data: bytes) -> None:
     path.unlink()
     path.write_bytes(data)
@@ -484,7 +471,7 @@ RACES: dict[str, Callable[[Path, bytes], None]] = {
     "truncated": truncate_then_restore,
     "grown": grow_then_shrink,
     "rewritten_in_place": rewrite_in_place,
-    "renamed_over": publish,
+    "renamed_over": mmvbuild.publish,
     "unlinked_recreated": recreate,
 }
 
@@ -891,12 +878,6 @@ def test_file_name_cannot_forge_log_lines(agent: Agent, scratch: Scratch) -> Non
 # -- process liveness ------------------------------------------------------------------------
 
 
-def dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
-
-
 def started_long_ago() -> int:
     """A libpcp_mmv-style generation: creation time (seconds << 32) one hour before this test
     process started, so that this (live) process looks like a reused PID."""
@@ -919,7 +900,7 @@ def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: bo
     started = psutil.Process().create_time()
     now = int(started) << 32
     pid, generation = {
-        "dead": (dead_pid(), now),
+        "dead": (mmvbuild.dead_pid(), now),
         "reused": (os.getpid(), started_long_ago()),
         # Speed, Parfait and Hornet: the creation time in plain Unix seconds
         "reused_seconds": (os.getpid(), int(started) - 3600),

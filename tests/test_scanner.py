@@ -28,14 +28,8 @@ from pmda_mmv.scanner import (
     RETRY_MAX,
     Scanner,
 )
-from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, sample
-
-
-def one(cluster: int = 1, value: int = 1, **kw: int) -> MmvBuilder:
-    b = MmvBuilder(cluster=cluster, **kw)
-    b.metrics.append(Metric("v", 1))
-    b.values.append(Value("v", None, value))
-    return b
+from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, dead_pid, publish, sample
+from tests.mmvbuild import single as one
 
 
 class Dir:
@@ -67,13 +61,6 @@ class Dir:
 @pytest.fixture
 def d(tmp_path: Path) -> Dir:
     return Dir(tmp_path)
-
-
-def replace(path: Path, b: MmvBuilder) -> None:
-    """Publish as libpcp_mmv does: a new inode under the same name."""
-    tmp = path.with_name("." + path.name)
-    b.write(tmp)
-    os.replace(tmp, path)
 
 
 def test_new_file_is_served_at_the_next_refresh(d: Dir) -> None:
@@ -108,7 +95,7 @@ def test_replaced_file_is_reloaded_with_the_same_cluster(d: Dir) -> None:
     cluster = d.scanner.catalogue.files["a"].cluster
     b = one(cluster=0, value=7)
     b.generation += 1
-    replace(d.path / "a", b)
+    publish(d.path / "a", b)
     assert d.refresh() == (["a"], ["a"])
     assert d.scanner.catalogue.files["a"].cluster == cluster
 
@@ -361,15 +348,9 @@ def test_directory_removed_and_recreated(tmp_path: Path) -> None:
     assert d.refresh() == ([], ["b"])
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 @pytest.mark.parametrize(
     ("pid", "served"),
-    [(os.getpid(), True), (0, True), (1, True), (_dead_pid(), False), (-1, False)],
+    [(os.getpid(), True), (0, True), (1, True), (dead_pid(), False), (-1, False)],
     ids=["live", "pid0-unchecked", "init", "dead", "negative"],
 )
 def test_process_flag(d: Dir, pid: int, served: bool) -> None:

@@ -1,0 +1,109 @@
+"""The command line of ``pmda-mmv pmda`` (the agent pmcd runs): :class:`Options`.
+
+The C agent's options (``-D``, ``-d``, ``-l``, ``-U``) plus ours.  No PCP import: parsed
+(and tested, ``tests/test_cli.py``) without python3-pcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .reader import DEFAULT_MAX_SIZE
+from .scanner import MAX_TOTAL, parse_owners
+
+
+@dataclass(frozen=True)
+class Options:
+    """Command line of ``pmda-mmv pmda``."""
+
+    domain: int = 70
+    prefix: str = "mmv"
+    logfile: str = "mmv.log"
+    username: str | None = None
+    debug: str | None = None
+    directory: str | None = None
+    status_metrics: bool = False
+    owners: tuple[int, ...] | None = None
+    polling: bool = False
+    notready: bool = False
+    max_size: int = DEFAULT_MAX_SIZE
+    pmid_hash_reset: bool = True
+    max_total: int = MAX_TOTAL
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``pmda-mmv pmda``."""
+    p = argparse.ArgumentParser(
+        prog="pmda-mmv pmda",
+        description="Serve MMV files to pmcd as PCP's mmv agent (pmcd.conf: "
+        "'mmv 70 pipe binary notready .../pmdammv -d 70').",
+    )
+    p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
+    p.add_argument("-d", "--domain", type=int, default=70, help="PMDA domain (default 70)")
+    p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
+    p.add_argument("-U", "--username", help="run as this user (default: the PCP user)")
+    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/<prefix>)")
+    p.add_argument("--prefix", default="mmv", help="name prefix and PMNS root (default mmv)")
+    p.add_argument(
+        "--status-metrics",
+        action="store_true",
+        help="also serve mmv.control.metrics and the per-file mmv.control.file.*",
+    )
+    p.add_argument(
+        "--owners",
+        help="serve only files owned by these users (comma-separated "
+        "names or uids); default: any owner, as the C agent",
+    )
+    p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
+    p.add_argument(
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE // (1 << 20),
+        help="largest file served, in MiB (default 64)",
+    )
+    p.add_argument(
+        "--no-pmid-hash-reset",
+        dest="pmid_hash_reset",
+        action="store_false",
+        help="do not keep libpcp_pmda's PMID-hash node count down (PCP < 7.0.1 only; "
+        "later PCPs never need it)",
+    )
+    p.add_argument(
+        "--max-total",
+        type=int,
+        default=MAX_TOTAL >> 20,
+        help="most bytes of all served files together, in MiB (default 1024)",
+    )
+    p.add_argument(
+        "--notready",
+        action="store_true",
+        help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
+    )
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Parse the command line; exits 2 on usage errors (argparse)."""
+    p = parser()
+    a = p.parse_args(argv)
+    try:
+        owners = parse_owners(a.owners)
+    except ValueError as e:
+        p.error(str(e))
+    return Options(
+        domain=a.domain,
+        prefix=a.prefix,
+        logfile=a.log or f"{a.prefix}.log",
+        username=a.username,
+        debug=a.debug,
+        directory=a.dir,
+        status_metrics=a.status_metrics,
+        owners=owners,
+        polling=a.polling,
+        notready=a.notready,
+        max_size=a.max_size << 20,
+        pmid_hash_reset=a.pmid_hash_reset,
+        max_total=a.max_total << 20,
+    )

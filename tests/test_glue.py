@@ -1,0 +1,100 @@
+"""The glue (pmda_mmv.pmda) and its python3-pcp adapter (pmda_mmv.pcpcompat), imported and
+constructed without pmcd: python3-pcp's generation mode (PCP_PYTHON_DOMAIN, as pmdaproc.sh
+runs an agent at Install time) builds the agent and exits before any handshake."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+PACKAGE = CHECKOUT / "pmda_mmv"
+
+
+def run_agent_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with an ``agent`` (MmvPMDA over tmp_path) built in generation mode."""
+    prologue = (
+        "from pmda_mmv.options import parse_args\n"
+        "from pmda_mmv.pmda import MmvPMDA\n"
+        f"agent = MmvPMDA(parse_args(['--dir', {str(tmp_path)!r}, '--status-metrics']))\n"
+        "logged = []\n"
+        "agent.file_log.sink = logged.append\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prologue + script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+        env={**os.environ, "PCP_PYTHON_DOMAIN": "1"},
+    )
+
+
+def test_a_failing_callback_logs_its_name(tmp_path: Path) -> None:
+    """Regression: the label callbacks were lambdas, so a failure logged "<lambda>: ...";
+    each callback is a named method and its failure names it (and answers the fallback)."""
+    script = (
+        "def broken(*args):\n"
+        "    raise ValueError('boom')\n"
+        "agent.model.label = agent.model.instance_label = broken\n"
+        "for name in ('label_callback', 'notes_callback', 'instance_label_callback',\n"
+        "             'instance_notes_callback'):\n"
+        "    assert agent._guard(getattr(agent, name), '{}')(1, 2) == '{}'\n"
+        "print('\\n'.join(logged))\n"
+    )
+    done = run_agent_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{name}: ValueError: boom"
+        for name in (
+            "label_callback",
+            "notes_callback",
+            "instance_label_callback",
+            "instance_notes_callback",
+        )
+    ]
+
+
+def test_the_agent_serves_its_own_metrics_before_any_file(tmp_path: Path) -> None:
+    script = (
+        "print(sorted(agent.pmda_metrics))\n"
+        "fetch = agent.model.fetcher()\n"
+        "agent.prefetch()\n"
+        "print(fetch(0, 2, 0xFFFFFFFF), fetch(0, 3, 0xFFFFFFFF))\n"
+    )
+    done = run_agent_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    names, values = done.stdout.splitlines()
+    assert "'mmv.control.reload'" in names and "'mmv.control.file.state'" in names
+    assert values == "[0, 1] [0, 1]"  # control.files, control.metrics
+
+
+def test_python3_pcp_private_attributes_are_touched_in_pcpcompat_only() -> None:
+    """python3-pcp's MetricDispatch/PMDA private tables (``_metric_oneline``, ``_indoms``
+    ...) and the pmidhash workaround are reached through pcpcompat alone."""
+    private = re.compile(r"\._(metric|indom|metrics|indoms|pmid|units)\w*\b")
+    for path in sorted(PACKAGE.glob("*.py")):
+        text = path.read_text()
+        if path.name != "pcpcompat.py":
+            assert not private.search(text), (path.name, private.search(text))
+        if path.name not in ("pcpcompat.py", "pmidhash.py"):
+            assert "pmidhash" not in re.sub(r'""".*?"""|#.*', "", text, flags=re.S), path.name
+
+
+@pytest.mark.parametrize("module", ["serving", "control", "options"])
+def test_the_serving_model_needs_no_pcp(module: str) -> None:
+    script = (
+        "import sys\n"
+        "for name in ('pcp', 'cpmapi', 'cpmda', 'cpmi'):\n"
+        "    sys.modules[name] = None  # any import of them fails\n"
+        f"import pmda_mmv.{module}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=CHECKOUT
+    )
+    assert done.returncode == 0, done.stderr
