@@ -278,17 +278,23 @@ class Bench:
         last = shapes[-1].metric_names("mmv")[:1]
         files = client.lookup(["mmv.control.files"])
 
+        slowest = [0.0]  # the longest single request (a lookup or a fetch), seconds
+
+        def timed_call(call: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call()
+            finally:
+                slowest[0] = max(slowest[0], time.perf_counter() - t0)
+
         def ready() -> bool:
             return client.try_lookup(last) is not None and client.fetch_int(files) == n
 
-        slowest = [0.0]
-
         def timed() -> bool:
-            t0 = time.perf_counter()
-            try:
-                return ready()
-            finally:
-                slowest[0] = max(slowest[0], time.perf_counter() - t0)
+            return (
+                timed_call(partial(client.try_lookup, last)) is not None
+                and timed_call(partial(client.fetch_int, files)) == n
+            )
 
         adds, reqs = [], []
         many = n >= MANY  # appearing at once only: the C agent's restart takes minutes
