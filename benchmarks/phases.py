@@ -260,6 +260,8 @@ class Bench:
             row["add_ms"]["floor"] = row["reload_ms"]["floor"] = self.floor_round_trip()
             self.steady_fetch("floor", agents.PREFIX["floor"], row)
             row["startup_ms"]["floor"] = self.startup_ms("floor", _floor_ready(self))
+            if n < MANY:
+                row["startup_ms"]["pyfloor"] = self.pyfloor_startup_ms(n)
             self.results["scan"][str(n)] = row
             log(
                 f"{n} files: add {report.fmt_ms(row['add_ms'])}; reload "
@@ -276,17 +278,23 @@ class Bench:
         last = shapes[-1].metric_names("mmv")[:1]
         files = client.lookup(["mmv.control.files"])
 
+        slowest = [0.0]  # the longest single request (a lookup or a fetch), seconds
+
+        def timed_call(call: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call()
+            finally:
+                slowest[0] = max(slowest[0], time.perf_counter() - t0)
+
         def ready() -> bool:
             return client.try_lookup(last) is not None and client.fetch_int(files) == n
 
-        slowest = [0.0]
-
         def timed() -> bool:
-            t0 = time.perf_counter()
-            try:
-                return ready()
-            finally:
-                slowest[0] = max(slowest[0], time.perf_counter() - t0)
+            return (
+                timed_call(partial(client.try_lookup, last)) is not None
+                and timed_call(partial(client.fetch_int, files)) == n
+            )
 
         adds, reqs = [], []
         many = n >= MANY  # appearing at once only: the C agent's restart takes minutes
@@ -316,6 +324,24 @@ class Bench:
         self.steady_fetch(a, "mmv", row)
         row["startup_ms"][a] = self.startup_ms(a, ready)
         self.remove_files(f"{SCAN_FILE.name}*", expect=0, only=a)
+
+    def pyfloor_startup_ms(self, n: int) -> float:
+        """The python3-pcp floor of startup with ``n`` files (issue 16): ``pyfloor.py``
+        registering the metrics and indoms of ``n`` scan files from its command line, no
+        file read or validated, timed as :meth:`startup_ms` (restart to its last name
+        resolving).  No agent built on ``pcp.pmda.PMDA`` starts faster than this."""
+        shapes = [scan_shape(i) for i in range(n)]
+        base = agents.fresh_dir(self.workdir / f"pyfloor-{n}")
+        self.pmcds["pyfloor"] = agents.start(base, agents.pyfloor_spec(shapes))
+        client = self.clients["pyfloor"] = Client(
+            agents.LABELS["pyfloor"], self.pmcds["pyfloor"].host
+        )
+        last = shapes[-1].metric_names(agents.PREFIX["pyfloor"])[:1]
+        try:
+            return self.startup_ms("pyfloor", partial(_resolves, client, last))
+        finally:
+            self.pmcds.pop("pyfloor").stop()
+            self.clients.pop("pyfloor")
 
     def steady_fetch(self, a: str, prefix: str, row: dict[str, Any]) -> None:
         """Fetches of the first file (100 values) while the others are served: back to back
@@ -434,6 +460,11 @@ def _served(client: Client, names: list[str], shape: Shape, check: bool = True) 
         return False
     client.fetch_checked(pmids, shape, check)
     return True
+
+
+def _resolves(client: Client, names: list[str]) -> bool:
+    """One lookup: ``names`` resolve."""
+    return client.try_lookup(names) is not None
 
 
 def _serves(client: Client, files: Any, n: int) -> bool:

@@ -14,6 +14,7 @@ RATIOS = (
     ("cand/floor", "cand", "floor"),
     ("c/floor", "c", "floor"),
     ("pyfloor/floor", "pyfloor", "floor"),
+    ("pyfloor/c", "pyfloor", "c"),
 )
 
 
@@ -98,15 +99,24 @@ def targets(res: dict[str, Any], a: str) -> list[dict[str, Any]]:
             f"(startup {scan['startup_ms'][a]:.0f} ms)"
         )
         add("1,000 files rescanned in under a second", worst, shown, worst < 1000)
+    per_file = registration_ms_per_file(res["scan"])
     for n in ("100", "1000"):  # issue 16
         row = res["scan"].get(n)
         if row and a in row["add_ms"] and "c" in row["add_ms"]:
             x = row["add_ms"][a] / row["add_ms"]["c"]
-            add(f"{n} new files served no later than C", x, f"{x:.2f}x the C time", x <= 1.0)
+            shown = f"{x:.2f}x the C time"
+            if per_file is not None:
+                floor = per_file * int(n) / row["add_ms"]["c"]
+                shown += f" (python3-pcp registering them alone {floor:.2f}x)"
+            add(f"{n} new files served no later than C", x, shown, x <= 1.0)
     row = res["scan"].get("1000")
     if row and a in row["startup_ms"] and "c" in row["startup_ms"]:
         x = row["startup_ms"][a] / row["startup_ms"]["c"]
-        add("startup with 1,000 files no slower than C", x, f"{x:.2f}x the C time", x <= 1.0)
+        floor = row["startup_ms"].get("pyfloor")
+        shown = f"{x:.2f}x the C time" + (
+            f" (python3-pcp floor {floor / row['startup_ms']['c']:.2f}x)" if floor else ""
+        )
+        add("startup with 1,000 files no slower than C", x, shown, x <= 1.0)
     row = res["scan"].get("10000")
     if row and a in row.get("add_max_ms", {}):
         x = row["add_max_ms"][a]
@@ -117,6 +127,21 @@ def targets(res: dict[str, Any], a: str) -> list[dict[str, Any]]:
         shown = f"{total:.1f} MB loaded ({fetched:.1f} MB after one 1M-value pmFetch)"
         add("1M mapped values under 100 MB RSS", total, shown, total < 100)
     return out
+
+
+def registration_ms_per_file(scan: dict[str, Any]) -> float | None:
+    """What python3-pcp alone spends registering one more scan file's metrics and indom
+    (issue 16): the py floor's startup with the most files less its startup with the
+    fewest, per file; ``None`` without two such figures."""
+    starts = {
+        int(n): row["startup_ms"]["pyfloor"]
+        for n, row in scan.items()
+        if "pyfloor" in row.get("startup_ms", {})
+    }
+    if len(starts) < 2:
+        return None
+    lo, hi = min(starts), max(starts)
+    return float(starts[hi] - starts[lo]) / (hi - lo)
 
 
 # -- the printed table ----------------------------------------------------------------------
