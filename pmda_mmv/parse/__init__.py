@@ -40,6 +40,7 @@ def parse(data: bytes, path: str) -> Parsed:
             st.rejected_metrics = True
         elif toc.type == fmt.TOC_INDOMS:
             st.rejected_indoms = True
+    _header.check_entries(st, st.out.sections)
     for toc in by_type.get(fmt.TOC_INDOMS, ()):
         indoms(st, toc)
     for toc in by_type.get(fmt.TOC_METRICS, ()):

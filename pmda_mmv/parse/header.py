@@ -111,3 +111,21 @@ def accept_section(st: State, toc: Toc) -> bool:
         return False
     st.sections.add(start, end, toc)
     return True
+
+
+def check_entries(st: State, sections: list[Toc]) -> None:
+    """Refuse the file when its accepted sections hold more entries of one kind than
+    :data:`~pmda_mmv.layout.MAX_ENTRIES` allows (one file must not cost one request more
+    than about a second); named at the TOC entry whose count passes the limit."""
+    totals: dict[int, int] = {}
+    for toc in sections:
+        limit = fmt.MAX_ENTRIES.get(toc.type)
+        if limit is None:
+            continue
+        totals[toc.type] = total = totals.get(toc.type, 0) + toc.count
+        if total > limit:
+            name = fmt.TOC_NAMES[toc.type]
+            why = f"{name} sections hold {total} entries, more than {limit} in one file"
+            raise Refused(
+                st.path, f"toc[{toc.index}].count", fmt.TOC.offset(toc.at, "count"), why, limit
+            )

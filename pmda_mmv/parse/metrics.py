@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import layout as fmt
 from ..entries import Metric, Toc
+from ..errors import Refused
 from ..rules import name_problem
 from .state import State
 from .strings import cstring, help_text, string
@@ -91,7 +92,11 @@ def _problem(
 
 def metric_slots(st: State) -> None:
     """Give every accepted metric an empty value index, one slot per instance."""
-    indoms = st.out.indoms
+    indoms, room = st.out.indoms, fmt.MAX_ENTRIES[fmt.TOC_VALUES]
     for m in st.out.metrics:
         n = 1 if m.indom is None else len(indoms[m.indom].instances)
+        room -= n
+        if room < 0:
+            why = f"metrics x instances past {fmt.MAX_ENTRIES[fmt.TOC_VALUES]} value slots"
+            raise Refused(st.path, "metric.indom", m.offset, why, fmt.MAX_ENTRIES[fmt.TOC_VALUES])
         m.slots = array("q", [-1]) * n
