@@ -29,12 +29,15 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
+import bisect
 import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from . import format as fmt
+from .nametree import MAX_CHILDREN as MAX_CHILDREN
+from .nametree import NameTree
 from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
@@ -46,11 +49,6 @@ INDOM_MASK: Final = fmt.MAX_SERIAL
 PROBES: Final = 4096
 """Numbers tried after a derived indom serial before the indom is refused (retried later)."""
 
-MAX_CHILDREN: Final = 12_000
-"""Names directly below one namespace node.  libpcp builds the agent's namespace anew at
-every change, walking all siblings at each insert: a node of k names costs k^2 / 2 steps
-(10,000: about 0.45 s here; 40,000: 7.6 s, past pmcd's timeout)."""
-
 REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
 back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
@@ -58,7 +56,6 @@ of files named by PID would otherwise grow these tables by ~200 bytes per name, 
 
 Log = Callable[[str], None]
 K = TypeVar("K")
-S = TypeVar("S")
 V = TypeVar("V")
 
 
@@ -177,9 +174,8 @@ class Catalogue:
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
         self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
-        self.leaves: set[str] = set()
-        self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
-        self.children: dict[str, int] = {}  # non-leaf name -> names directly below it
+        self.tree = NameTree()  # the served names
+        self.leaves = self.tree.leaves
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         self.last_cluster: dict[str, tuple[int, int]] = {}  # name -> (cluster, header's)
         self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
@@ -276,45 +272,7 @@ class Catalogue:
         for reserved in self.reserved:
             if name == reserved or name.startswith(reserved + "."):
                 return f"{name} is reserved for the agent"
-        if name in self.leaves:
-            return f"{name} is already served"
-        if name in self.interior:
-            return f"{name} is a non-leaf of names already served"
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            if ".".join(parts[:i]) in self.leaves:
-                return f"{'.'.join(parts[:i])} is already a leaf"
-        for i in range(1, len(parts)):
-            parent, node = ".".join(parts[:i]), ".".join(parts[: i + 1])
-            if node not in self.interior and self.children.get(parent, 0) >= MAX_CHILDREN:
-                return (
-                    f"{parent} has {MAX_CHILDREN} names directly below it, the most "
-                    "served (libpcp's namespace rebuild grows with their square)"
-                )
-        return None
-
-    def _claim(self, name: str) -> None:
-        self.leaves.add(name)
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            node = ".".join(parts[:i])
-            if i + 1 == len(parts) or ".".join(parts[: i + 1]) not in self.interior:
-                self.children[node] = self.children.get(node, 0) + 1  # a new node below
-            self.interior[node] = self.interior.get(node, 0) + 1
-
-    def _release(self, name: str) -> None:
-        self.leaves.discard(name)
-        parts = name.split(".")
-        for i in range(len(parts) - 1, 0, -1):  # deepest first: a node goes with its last
-            node = ".".join(parts[:i])
-            below = ".".join(parts[: i + 1])
-            if i + 1 == len(parts) or below not in self.interior:
-                self.children[node] -= 1
-                if not self.children[node]:
-                    del self.children[node]
-            self.interior[node] -= 1
-            if not self.interior[node]:
-                del self.interior[node]
+        return self.tree.conflict(name)
 
     # -- indoms
 
@@ -404,7 +362,7 @@ class Catalogue:
             self.freed += 1
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):
-                self._release(m.name)
+                self.tree.release(m.name)
         for serial, si in entry.indoms.items():
             self.own_indoms.discard((name, serial))
             if not _unlink(self.indom_sources, si.serial, si):
@@ -455,7 +413,7 @@ class Catalogue:
                     self._refuse(entry, f"metric {name}: its indom was not served")
                     continue
             if not shared:
-                self._claim(name)
+                self.tree.claim(name)
             served = _served_metric(name, entry.cluster, metric, indom)
             served.file = mf.name
             served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))
@@ -478,20 +436,35 @@ def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
     )
 
 
-def _link(table: dict[K, list[S]], key: K, item: S) -> None:
-    """Add ``item`` to ``table[key]``, kept in file-name order."""
-    table.setdefault(key, []).append(item)
-    table[key].sort(key=lambda x: x.file)  # type: ignore[attr-defined]
+class _FromFile(Protocol):
+    file: str
 
 
-def _unlink(table: dict[K, list[S]], key: K, item: S) -> bool:
+F = TypeVar("F", bound=_FromFile)
+
+
+def _by_file(x: _FromFile) -> str:
+    return x.file
+
+
+def _link(table: dict[K, list[F]], key: K, item: F) -> None:
+    """Add ``item`` to ``table[key]``, kept in file-name order (one file per key): a binary
+    search, not a sort, so N files sharing a key cost O(N log N) comparisons in all."""
+    bisect.insort(table.setdefault(key, []), item, key=_by_file)
+
+
+def _unlink(table: dict[K, list[F]], key: K, item: F) -> bool:
     """Remove ``item`` from ``table[key]``; True when other files still serve the key."""
-    rest = [x for x in table.get(key, ()) if x is not item]
+    rest = table.get(key)
+    if rest is None:
+        return False
+    at = bisect.bisect_left(rest, item.file, key=_by_file)
+    if at < len(rest) and rest[at] is item:
+        del rest[at]
     if rest:
-        table[key] = rest
-    else:
-        table.pop(key, None)
-    return bool(rest)
+        return True
+    del table[key]
+    return False
 
 
 def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:

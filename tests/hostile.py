@@ -8,6 +8,7 @@ and other constructions of the same kinds than the issue's.  Every function writ
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -235,3 +236,60 @@ ATTACKS: dict[str, Population] = {
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
 tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
+
+
+def shared_cluster(directory: Path, count: int) -> list[Path]:
+    """``count`` tiny NOPREFIX files that agree (same owner, cluster, metric and indom
+    serial), each adding its one instance to the one shared metric: the processes of one
+    application (PCP QA 648), in their thousands."""
+    paths = []
+    for k in range(count):
+        b = MmvBuilder(cluster=210, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(Indom(1, [Instance(k, f"w{k}")]))
+        b.metrics.append(Metric("shared.v", 1, fmt.TYPE_U64, indom=1))
+        b.values.append(Value("shared.v", k, k))
+        path = directory / f"worker{k:05d}"
+        b.write(path)
+        paths.append(path)
+    return paths
+
+
+def deep_names(directory: Path, files: int, metrics: int, depth: int) -> list[Path]:
+    """``files`` files of ``metrics`` metrics each, every name ``depth`` components long
+    (one-letter components: a v2 name holds 255 bytes)."""
+    stem = ".".join(["d"] * (depth - 1))
+    paths = []
+    for f in range(files):
+        b = MmvBuilder(cluster=220 + f, version=2)
+        for j in range(metrics):
+            b.metrics.append(Metric(f"{stem}.m{j}", j + 1, fmt.TYPE_U64))
+            b.values.append(Value(f"{stem}.m{j}", None, j))
+        path = directory / f"deep{f:03d}"
+        b.write(path)
+        paths.append(path)
+    return paths
+
+
+def hard_links(directory: Path, links: int, metrics: int, instances: int) -> list[Path]:
+    """One valid file of ``metrics`` x ``instances`` values (100 x 12,000 is about 40 MB)
+    and ``links`` more hard links to it."""
+    b = MmvBuilder(cluster=230)
+    b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
+    b.metrics += [Metric(f"m{j}", j + 1, fmt.TYPE_U64, indom=1) for j in range(metrics)]
+    b.values += [Value(f"m{j}", i, i) for j in range(metrics) for i in range(instances)]
+    first = directory / "linked"
+    b.write(first)
+    paths = [first]
+    for k in range(links):
+        paths.append(directory / f"link{k:04d}")
+        os.link(first, paths[-1])
+    return paths
+
+
+def bad_magic(directory: Path, count: int) -> list[Path]:
+    """``count`` small files whose first bytes are not an MMV magic."""
+    data = b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE)
+    paths = [directory / f"junk{k:05d}" for k in range(count)]
+    for p in paths:
+        p.write_bytes(data)
+    return paths

@@ -633,11 +633,11 @@ def test_forced_refresh_is_not_bounded(tmp_path: Path) -> None:
 def test_names_below_one_node_are_capped() -> None:
     cat = Catalogue()
     for k in range(MAX_CHILDREN):
-        cat._claim(f"mmv.f{k}.v")
+        cat.tree.claim(f"mmv.f{k}.v")
     why = cat.name_conflict("mmv.new.v")
     assert why is not None and "mmv has" in why
     assert cat.name_conflict("mmv.f0.w") is None  # below an existing node: not new at mmv
-    cat._release("mmv.f0.v")
+    cat.tree.release("mmv.f0.v")
     assert cat.name_conflict("mmv.new.v") is None
 
 
