@@ -1,13 +1,14 @@
 """Discovery and lifecycle of the files in one MMV directory, without PCP.
 
 :class:`Scanner` keeps every directory entry's state (:mod:`~.filestate`) and the
-:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`) up to date, incrementally:
-:meth:`Scanner.refresh` runs at the start of each request (as the C agent's
-``mmv_reload_maybe`` does) and costs one ``stat`` of the directory and one ``epoll_wait`` when nothing changed.  It rescans the listing
-when the directory changed (mtime, or an event queued by :mod:`~.watcher`), retries the files
-that are not ready as their backoff says (:mod:`~.backoff`), notices writers' exits
-(:mod:`~.liveness`), and checks the generation pair of served files at most every
-``check_interval`` seconds.  Unchanged files keep their descriptor, tables, cluster and PMIDs.
+:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`) up to date,
+incrementally: :meth:`Scanner.refresh` runs at the start of each request (as the C agent's
+``mmv_reload_maybe`` does) and costs one ``stat`` of the directory and one ``epoll_wait``
+when nothing changed.  It rescans the listing when the directory changed (mtime, or an
+event queued by :mod:`~.watcher`), retries the files that are not ready as their backoff
+says (:mod:`~.backoff`), notices writers' exits (:mod:`~.liveness`), and checks the
+generation pair of served files at most every ``check_interval`` seconds.  Unchanged files
+keep their descriptor, tables, cluster and PMIDs.
 
 Budget: loading, validating and cataloguing stop once a request has spent ``budget``
 seconds on them (BUDGET; at least one entry is looked at per request, refused ones
