@@ -16,13 +16,8 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
   or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
   then files of one scan in name order.
-* PCP indom serials (22 bits) are chosen by :meth:`Catalogue.indom_serial`: the C agent's
-  number, ``((cluster << 11) | serial) & 0x3FFFFF``, whenever no other served indom holds it;
-  otherwise a number derived from the file name and serial (CRC-32, linear probing), which
-  does not depend on load order.  A derived number is remembered per (file name, serial),
-  as clusters are, so the indom keeps it when its writer restarts and while other files come
-  and go.  Files sharing a cluster share its indoms.  Within one scan, a pair that packs
-  without loss (cluster and serial below 2048) wins its number over a pair that overflows.
+* PCP indom serials (22 bits) are chosen as :mod:`~.indoms` says; files sharing a cluster
+  share its indoms.
 * Refusals for want of a resource (no free cluster, no free indom serial) are retried when
   one frees up: :attr:`Catalogue.freed` counts the releases.
 """
@@ -30,12 +25,15 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 from __future__ import annotations
 
 import bisect
-import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
 from . import format as fmt
+from .indoms import INDOM_MASK as INDOM_MASK
+from .indoms import PROBES as PROBES
+from .indoms import c_indom, choose_indom, packs
+from .indoms import derived_indom as derived_indom
 from .nametree import MAX_CHILDREN as MAX_CHILDREN
 from .nametree import NameTree
 from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem, printable
@@ -44,11 +42,6 @@ from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem
 PM_TYPE_64: Final = 2
 PM_SEM_COUNTER: Final = 1
 CONTROL_CLUSTER: Final = 0
-INDOM_MASK: Final = fmt.MAX_SERIAL
-"""PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
-PROBES: Final = 4096
-"""Numbers tried after a derived indom serial before the indom is refused (retried later)."""
-
 REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
 back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
@@ -68,23 +61,6 @@ def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> Non
         departed = [n for n in table if n not in present]
         for old in departed[: len(departed) - REMEMBERED]:
             del table[old]
-
-
-def c_indom(cluster: int, serial: int) -> int:
-    """The C agent's PCP indom serial for a file indom: ``(cluster << 11) | serial`` in 22
-    bits (pmdammv-reference.md 5.3); pairs with a cluster or serial of 2048 or more alias."""
-    return ((cluster << 11) | serial) & INDOM_MASK
-
-
-def packs(cluster: int, serial: int) -> bool:
-    """Whether ``c_indom`` packs the pair without loss (no other such pair has its number)."""
-    return cluster < 2048 and serial < 2048
-
-
-def derived_indom(name: str, serial: int) -> int:
-    """Where the search for a number of its own starts for indom ``serial`` of file
-    ``name``: the same for the same file and serial in every agent process (1..INDOM_MASK)."""
-    return zlib.crc32(f"{name}\0{serial}".encode("utf-8", "surrogateescape")) % INDOM_MASK + 1
 
 
 @dataclass(slots=True)
@@ -289,23 +265,12 @@ class Catalogue:
 
     def indom_serial(self, name: str, cluster: int, serial: int, wanted: set[int]) -> int | None:
         """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
-        the module rules), or None when none is free near its derived number."""
+        :mod:`~.indoms`), or None when none is free near its derived number."""
         shared = self.indom_keys.get((cluster, serial))
         if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
             return shared
-        used = self.indom_sources
         own = self.last_indom.get((name, serial))
-        if own is not None and own not in used:
-            return own
-        number = c_indom(cluster, serial)
-        if number and number not in used and (packs(cluster, serial) or number not in wanted):
-            return number
-        start = derived_indom(name, serial) - 1
-        for k in range(PROBES):
-            number = (start + k) % INDOM_MASK + 1
-            if number not in used and number not in wanted:
-                return number
-        return None
+        return choose_indom(name, cluster, serial, own, self.indom_sources, wanted)
 
     # -- files
 
