@@ -211,33 +211,6 @@ def big_files(directory: Path, count: int, metrics: int, instances: int) -> list
     return paths
 
 
-CLUSTER_AT: Final = 36
-"""Offset of the header's cluster field (fmt.HEADER: magic, version, g1, g2, tocs, flags,
-process, cluster)."""
-
-ATTACKS: dict[str, Population] = {
-    "40,000 one-entry VALUES sections (past the TOC cap)": lambda d: many_sections(d, 40_000),
-    "1,000 sections, each on the one before": lambda d: many_sections(d, 1_000, overlap=True),
-    "250 indoms sharing 4,000 instance entries": lambda d: fan_out(d, 250, 4_000),
-    "150,000 values at no metric": lambda d: orphan_values(d, 150_000),
-    "80,000 values at no instance of their indom": lambda d: orphan_values(
-        d, 80_000, instance=True
-    ),
-    "3,000 empty files": lambda d: empty_files(d, 3_000),
-    "700 cluster labels over three LABELS sections": lambda d: label_flood(d, 700),
-    "15 map labels merging into a map of 300 names": lambda d: label_flood(d, 300, nested=True),
-    "terminal escapes in a file name, help, instance name, label": escapes,
-    "40,000 instances with 8,000 instance labels (valid)": lambda d: instance_labels(
-        d, 40_000, 8_000
-    ),
-    "6,000 small valid files at once": lambda d: many_files(d, 6_000),
-    "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
-    "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
-}
-"""Each attack kind of issue 17, in other sizes and constructions than the issue's: what
-tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
-
-
 def shared_cluster(directory: Path, count: int) -> list[Path]:
     """``count`` tiny NOPREFIX files that agree (same owner, cluster, metric and indom
     serial), each adding its one instance to the one shared metric: the processes of one
@@ -271,14 +244,9 @@ def deep_names(directory: Path, files: int, metrics: int, depth: int) -> list[Pa
 
 
 def hard_links(directory: Path, links: int, metrics: int, instances: int) -> list[Path]:
-    """One valid file of ``metrics`` x ``instances`` values (100 x 12,000 is about 40 MB)
-    and ``links`` more hard links to it."""
-    b = MmvBuilder(cluster=230)
-    b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
-    b.metrics += [Metric(f"m{j}", j + 1, fmt.TYPE_U64, indom=1) for j in range(metrics)]
-    b.values += [Value(f"m{j}", i, i) for j in range(metrics) for i in range(instances)]
-    first = directory / "linked"
-    b.write(first)
+    """One valid file of ``metrics`` x ``instances`` values written by libpcp_mmv (100 x
+    12,000 is about 40 MB) and ``links`` more hard links to it."""
+    (first,) = big_files(directory, 1, metrics, instances)
     paths = [first]
     for k in range(links):
         paths.append(directory / f"link{k:04d}")
@@ -293,3 +261,34 @@ def bad_magic(directory: Path, count: int) -> list[Path]:
     for p in paths:
         p.write_bytes(data)
     return paths
+
+
+CLUSTER_AT: Final = 36
+"""Offset of the header's cluster field (fmt.HEADER: magic, version, g1, g2, tocs, flags,
+process, cluster)."""
+
+ATTACKS: dict[str, Population] = {
+    "40,000 one-entry VALUES sections (past the TOC cap)": lambda d: many_sections(d, 40_000),
+    "1,000 sections, each on the one before": lambda d: many_sections(d, 1_000, overlap=True),
+    "250 indoms sharing 4,000 instance entries": lambda d: fan_out(d, 250, 4_000),
+    "150,000 values at no metric": lambda d: orphan_values(d, 150_000),
+    "80,000 values at no instance of their indom": lambda d: orphan_values(
+        d, 80_000, instance=True
+    ),
+    "3,000 empty files": lambda d: empty_files(d, 3_000),
+    "700 cluster labels over three LABELS sections": lambda d: label_flood(d, 700),
+    "15 map labels merging into a map of 300 names": lambda d: label_flood(d, 300, nested=True),
+    "terminal escapes in a file name, help, instance name, label": escapes,
+    "40,000 instances with 8,000 instance labels (valid)": lambda d: instance_labels(
+        d, 40_000, 8_000
+    ),
+    "6,000 small valid files at once": lambda d: many_files(d, 6_000),
+    "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
+    "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
+    "6,000 tiny NOPREFIX files sharing one cluster and metric": lambda d: shared_cluster(d, 6_000),
+    "30 files of 1,000 names 100 components deep": lambda d: deep_names(d, 30, 1_000, 100),
+    "a valid 37 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 100, 12_000),
+    "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
+}
+"""Each attack kind of issue 17, in other sizes and constructions than the issue's: what
+tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
