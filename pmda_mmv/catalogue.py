@@ -150,6 +150,8 @@ class Catalogue:
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
         self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
+        self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
+        # search starts there (from 1, N such files cost N^2 / 2 steps)
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
@@ -175,11 +177,12 @@ class Catalogue:
             return want
         if want and want == mf.header.cluster and self.shareable(mf, want):
             return want
-        for c in range(1, fmt.MAX_CLUSTER + 1):
+        first = self._taken_below  # clusters below it are all taken
+        for c in range(first, fmt.MAX_CLUSTER + 1):
             if c not in taken and c not in requested:
                 break
         else:
-            free = [c for c in range(1, fmt.MAX_CLUSTER + 1) if c not in taken]
+            free = [c for c in range(first, fmt.MAX_CLUSTER + 1) if c not in taken]
             if not free:
                 return None
             c = free[0]
@@ -299,6 +302,8 @@ class Catalogue:
         entry = FileEntry(mf, cluster)
         uid, count = self.owners.get(cluster, (mf.uid, 0))
         self.owners[cluster] = (uid, count + 1)
+        while self._taken_below in self.owners:
+            self._taken_below += 1
         self._add_indoms(entry, wanted or set())
         self._add_metrics(entry)
         entry.labels, entry.notes = merge_labels(
@@ -324,6 +329,7 @@ class Catalogue:
             self.owners[entry.cluster] = (uid, count - 1)
         else:
             del self.owners[entry.cluster]
+            self._taken_below = min(self._taken_below, entry.cluster)
             self.freed += 1
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):

@@ -178,13 +178,28 @@ def many_files(directory: Path, count: int, *, per_cluster: int = 200) -> list[P
 def flat_names(directory: Path, files: int, names: int) -> list[Path]:
     """``files`` NOPREFIX files of ``names`` singular metrics each, every name directly
     below the prefix (one flat namespace node)."""
+    return _named(directory, "flat", 300, files, names, lambda f, j: f"flat{f}_{j}", 1)
+
+
+def _named(
+    directory: Path,
+    stem: str,
+    cluster: int,
+    files: int,
+    names: int,
+    name: Callable[[int, int], str],
+    version: int,
+    flags: int = fmt.FLAG_NOPREFIX,
+) -> list[Path]:
+    """``files`` files ``stem000``... of clusters from ``cluster``, each of ``names``
+    singular U64 metrics named ``name(file, k)``."""
     paths = []
     for f in range(files):
-        b = MmvBuilder(cluster=300 + f, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=cluster + f, flags=flags, version=version)
         for j in range(names):
-            b.metrics.append(Metric(f"flat{f}_{j}", j + 1, fmt.TYPE_U64))
-            b.values.append(Value(f"flat{f}_{j}", None, j))
-        path = directory / f"flat{f:03d}"
+            b.metrics.append(Metric(name(f, j), j + 1, fmt.TYPE_U64))
+            b.values.append(Value(name(f, j), None, j))
+        path = directory / f"{stem}{f:03d}"
         b.write(path)
         paths.append(path)
     return paths
@@ -231,16 +246,7 @@ def deep_names(directory: Path, files: int, metrics: int, depth: int) -> list[Pa
     """``files`` files of ``metrics`` metrics each, every name ``depth`` components long
     (one-letter components: a v2 name holds 255 bytes)."""
     stem = ".".join(["d"] * (depth - 1))
-    paths = []
-    for f in range(files):
-        b = MmvBuilder(cluster=220 + f, version=2)
-        for j in range(metrics):
-            b.metrics.append(Metric(f"{stem}.m{j}", j + 1, fmt.TYPE_U64))
-            b.values.append(Value(f"{stem}.m{j}", None, j))
-        path = directory / f"deep{f:03d}"
-        b.write(path)
-        paths.append(path)
-    return paths
+    return _named(directory, "deep", 220, files, metrics, lambda f, j: f"{stem}.m{j}", 2, 0)
 
 
 def hard_links(directory: Path, links: int, metrics: int, instances: int) -> list[Path]:
@@ -286,7 +292,7 @@ ATTACKS: dict[str, Population] = {
     "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
     "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
     "6,000 tiny NOPREFIX files sharing one cluster and metric": lambda d: shared_cluster(d, 6_000),
-    "30 files of 1,000 names 100 components deep": lambda d: deep_names(d, 30, 1_000, 100),
+    "150 files of 200 names 100 components deep": lambda d: deep_names(d, 150, 200, 100),
     "a valid 37 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 100, 12_000),
     "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
 }

@@ -14,20 +14,10 @@ import pytest
 
 from pmda_mmv import catalogue
 from pmda_mmv import format as fmt
+from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
-from pmda_mmv.scanner import (
-    EXITED,
-    NOT_READY,
-    NOT_READY_GRACE,
-    OK,
-    PARTIAL,
-    PENDING,
-    REFUSED,
-    RETRY_BUDGET,
-    RETRY_FIRST,
-    RETRY_MAX,
-    Scanner,
-)
+from pmda_mmv.filestate import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, PENDING, REFUSED
+from pmda_mmv.scanner import Scanner
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, sample
 
 
@@ -434,7 +424,7 @@ def test_sample_file_values_and_many_files(d: Dir) -> None:
 def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> None:
     # A file loaded and found stale in the same refresh (its writer moved on) must not reach
     # the agent as both added and removed (tests/test_hardening.py busy writer).
-    from pmda_mmv.scanner import Changes
+    from pmda_mmv.filestate import Changes
 
     one().write(d.path / "a")
     first = d.scanner.refresh()
