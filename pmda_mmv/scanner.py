@@ -29,6 +29,7 @@ is followed only to a regular file inside the same directory; ``owners``; files 
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import threading
 import time
@@ -140,7 +141,21 @@ class Scanner(Loader):
 
     def refresh(self, force: bool = False, bounded: bool | None = None) -> Changes:
         """Bring the catalogue up to date with the directory (within the budget when
-        ``bounded``, by default unless ``force``); returns what changed."""
+        ``bounded``, by default unless ``force``); returns what changed.
+
+        Python's cyclic garbage collector is paused meanwhile: what a refresh allocates
+        (entries, states, tables) lives on, and collections while thousands of files are
+        loaded traverse every object served, more than doubling the catalogue's cost per
+        file at 4,000 files.  What a refresh frees, reference counting frees."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._refresh(force, bounded)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _refresh(self, force: bool, bounded: bool | None) -> Changes:
         changes = self._exited()
         dirty = self._take_dirty()
         now = self.clock()
