@@ -415,3 +415,24 @@ def test_deep_names_cost_one_node_per_new_component(monkeypatch: pytest.MonkeyPa
     for j in range(1000):
         cat.tree.release(f"{stem}.m{j}")
     assert not cat.tree and not cat.leaves
+
+
+def test_cluster_0_files_get_the_lowest_free_cluster_as_files_come_and_go(tmp_path: Path) -> None:
+    """The search for a free cluster starts at the lowest that may be free (it started at
+    1 for every file: N cluster-0 files cost N^2 / 2 steps); a cluster freed below it is
+    found again, and clusters other files ask for are still skipped."""
+    simple(cluster=0).write(tmp_path / "image")
+    cat = Catalogue()
+
+    def add(name: str, requested: set[int] | None = None) -> int:
+        entry = cat.add(MmvFile.open(str(tmp_path / "image"), name=name), requested)
+        assert entry is not None
+        return entry.cluster
+
+    assert [add(f"f{k}") for k in range(5)] == [1, 2, 3, 4, 5]
+    removed = cat.remove("f1")
+    assert removed is not None
+    removed.mf.close()
+    assert add("g", {2}) == 6  # 2 is free but asked for by another file of the scan
+    assert add("h") == 2
+    assert add("i") == 7
