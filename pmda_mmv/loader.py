@@ -126,7 +126,7 @@ class Loader:
             lst: os.stat_result | OSError
             try:
                 lst = os.lstat(path)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # gone: forgotten
                 if name in self.states:
                     changes.extend(self._forget(name))
                 continue
