@@ -16,7 +16,7 @@ import cpmapi as c_api
 from pcp.pmapi import pmContext, pmErr
 
 from benchmarks.writer import Shape, expected_double, expected_u64, metric_type
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 
 
 class BenchError(RuntimeError):

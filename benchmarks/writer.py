@@ -17,7 +17,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.writers.libpcp_mmv import Mapping, Registry, library
 
 

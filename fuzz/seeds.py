@@ -19,7 +19,7 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from pmda_mmv import format as fmt  # noqa: E402
+from pmda_mmv import layout as fmt  # noqa: E402
 from tests import mmvbuild  # noqa: E402
 from tests.writers.corpus import write_corpus  # noqa: E402
 

@@ -16,9 +16,12 @@ import re
 import tempfile
 from typing import Final
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue, FileEntry
-from pmda_mmv.reader import NO_VALUE, UNSUPPORTED, Changed, MmvError, MmvFile, name_problem
+from pmda_mmv.decode import NO_VALUE, UNSUPPORTED
+from pmda_mmv.errors import Changed, MmvError
+from pmda_mmv.reader import MmvFile
+from pmda_mmv.rules import name_problem
 
 PCP_INT_RANGE: Final = {
     fmt.TYPE_I32: (-(1 << 31), (1 << 31) - 1),

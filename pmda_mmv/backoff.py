@@ -17,10 +17,11 @@ import resource
 from collections import deque
 from typing import Final
 
-from . import format as fmt
+from . import layout as fmt
 from .catalogue import Log
+from .errors import MmvError, NotReady
 from .filestate import NOT_READY, FileState
-from .reader import MmvError, NotReady, read_header
+from .parse.header import read_header
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries
@@ -107,7 +108,7 @@ class Backoff:
 
 
 def _waits(path: str, head: bytes) -> bool:
-    """Whether a file whose first bytes are ``head`` is not ready (reader.read_header)."""
+    """Whether a file whose first bytes are ``head`` is not ready (parse.header.read_header)."""
     if not head:
         return True  # empty
     if len(head) < fmt.HEADER_SIZE:

@@ -29,14 +29,16 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
-from . import format as fmt
+from . import layout as fmt
+from .entries import Indom, Instance, Metric
 from .indoms import INDOM_MASK as INDOM_MASK
 from .indoms import PROBES as PROBES
 from .indoms import c_indom, choose_indom, packs
 from .indoms import derived_indom as derived_indom
 from .nametree import MAX_CHILDREN as MAX_CHILDREN
 from .nametree import NameTree
-from .reader import Indom, Instance, Metric, MmvFile, merge_labels, name_problem, printable
+from .reader import MmvFile
+from .rules import merge_labels, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
 PM_TYPE_64: Final = 2
@@ -188,7 +190,7 @@ class Catalogue:
             c = free[0]
         if mf.header.cluster:
             self.log(
-                f"{mf.path}: header.cluster at offset 36: cluster {mf.header.cluster} "
+                f"{mf.path}: {fmt.header_field('cluster')}: cluster {mf.header.cluster} "
                 f"already served, using cluster {c}"
             )
         return c
@@ -297,7 +299,7 @@ class Catalogue:
         if cluster is None:
             self.starved = True
             return self._refuse_file(
-                f"{mf.path}: header.cluster at offset 36: no free cluster, file not served"
+                f"{mf.path}: {fmt.header_field('cluster')}: no free cluster, file not served"
             )
         entry = FileEntry(mf, cluster)
         uid, count = self.owners.get(cluster, (mf.uid, 0))

@@ -58,9 +58,13 @@ def _main(argv: Sequence[str] | None) -> int:
         from .debug import main as run_debug
 
         return run_debug(rest)
-    from .inspect import main as run_inspect
+    if ns.command == "check":
+        from .verdict import main as run_check
 
-    return run_inspect(ns.command, rest)
+        return run_check(rest)
+    from .dump import main as run_dump
+
+    return run_dump(rest)
 
 
 if __name__ == "__main__":

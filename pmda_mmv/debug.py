@@ -18,41 +18,20 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from . import format as fmt
+from . import layout as fmt
 from .catalogue import Catalogue, FileEntry, ServedMetric
-from .inspect import add_agent_options, agent_options
+from .decode import NO_VALUE, UNSUPPORTED
+from .errors import MmvError
+from .pcpenv import tmp_dir, units_text
 from .ratelimit import LogLimit
-from .reader import NO_VALUE, UNSUPPORTED, MmvError, printable
+from .rules import printable
 from .scanner import Changes, Scanner
+from .verdict import add_agent_options, agent_options
 from .watcher import Watcher
-
-SEMANTICS = {1: "counter", 3: "instant", 4: "discrete"}
-TYPES = {
-    -1: "nosupport",
-    0: "32",
-    1: "u32",
-    2: "64",
-    3: "u64",
-    4: "float",
-    5: "double",
-    6: "string",
-}
-
-
-def units_text(word: int) -> str:
-    """pmUnits as PCP prints them (pmUnitsStr when python3-pcp is there, else the fields)."""
-    try:
-        from pcp.pmapi import pmContext, pmUnits
-
-        text = pmContext.pmUnitsStr(pmUnits.from_buffer_copy(word.to_bytes(4, sys.byteorder)))
-        return str(text) or "none"
-    except ImportError:
-        fields = fmt.units_fields(word)
-        return "none" if not any(fields) else "dims/scales " + " ".join(map(str, fields))
 
 
 def say(out: TextIO, line: str = "") -> None:
-    """Print one line made terminal-safe (:func:`~.reader.printable`): names, help text and
+    """Print one line made terminal-safe (:func:`~.rules.printable`): names, help text and
     labels come from files anyone can write."""
     print(printable(line), file=out, flush=True)
 
@@ -62,9 +41,9 @@ def describe(sm: ServedMetric, domain: int) -> list[str]:
     indom = f"{domain}.{sm.indom.serial}" if sm.indom else "PM_INDOM_NULL"
     lines = [
         f"{sm.name}  PMID {domain}.{sm.cluster}.{sm.item}  [{sm.oneline or 'no one-line help'}]",
-        f"    Data Type: {TYPES.get(sm.type, sm.type)}  InDom: {indom}",
-        f"    Semantics: {SEMANTICS.get(sm.semantics, sm.semantics)}  Units: "
-        f"{units_text(sm.units)}",
+        f"    Data Type: {fmt.TYPE_NAMES.get(sm.type, sm.type)}  InDom: {indom}",
+        f"    Semantics: {fmt.SEM_NAMES.get(sm.semantics, sm.semantics)}  Units: "
+        f"{units_text(sm.units) or 'none'}",
     ]
     if sm.helptext:
         lines.append(f"    Help: {sm.helptext}")
@@ -134,8 +113,7 @@ def main(argv: Sequence[str]) -> int:
     add_agent_options(p)
     a = p.parse_args(argv)
     options = agent_options(p, a)
-    tmp = os.environ.get("PCP_TMP_DIR", "/var/lib/pcp/tmp")
-    directory = a.dir or os.path.join(tmp, options.prefix)
+    directory = a.dir or os.path.join(tmp_dir(), options.prefix)
     out = sys.stdout
 
     def log(line: str) -> None:

@@ -1,59 +1,127 @@
-"""Which directory entries are read, without PCP: dot-files are ignored
-(:func:`~.filestate.ignore_reason`); only regular files are read (FIFOs never block); a
-symlink is followed only when its target is a regular file inside the same directory; when
-``owners`` is given, only files owned by those uids are read.
-"""
+"""The parsed entries of one MMV file (mmv(5)): header, TOC, indoms with their
+instances, metrics and labels, as plain dataclasses; no I/O, no validation."""
 
 from __future__ import annotations
 
-import os
-import stat
+import time
+from array import array
+from dataclasses import dataclass, field
+
+from . import layout as fmt
 
 
-class Skip(Exception):
-    """A directory entry that is not read; ``key`` identifies it until it changes."""
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The 40-byte file header (mmv(5) "Header")."""
 
-    def __init__(self, why: str, key: tuple[int, ...] | None) -> None:
-        super().__init__(why)
-        self.key = key
+    version: int
+    g1: int
+    g2: int
+    tocs: int
+    flags: int
+    process: int
+    cluster: int
 
+    @property
+    def noprefix(self) -> bool:
+        return bool(self.flags & fmt.FLAG_NOPREFIX)
 
-def resolve(
-    directory: str, path: str, lst: os.stat_result, owners: set[int] | None
-) -> tuple[str, os.stat_result]:
-    """The path to open for the entry ``path`` of ``directory`` (whose lstat is ``lst``)
-    and its stat; raises Skip for entries that are not read."""
-    target, st = path, lst
-    if stat.S_ISLNK(lst.st_mode):
-        target = os.path.realpath(path)
-        if os.path.dirname(target) != os.path.realpath(directory):
-            raise Skip("symlink out of the directory, not followed", key(lst))
-        try:
-            st = os.lstat(target)
-        except OSError as e:
-            raise Skip(f"symlink target: {e.strerror}", key(lst)) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise Skip(f"not a regular file ({kind(st.st_mode)})", key(st))
-    if owners is not None and st.st_uid not in owners:
-        raise Skip(f"owner uid {st.st_uid} is not trusted", key(st))
-    return target, st
+    @property
+    def process_flag(self) -> bool:
+        return bool(self.flags & fmt.FLAG_PROCESS)
 
+    @property
+    def sentinel(self) -> bool:
+        return bool(self.flags & fmt.FLAG_SENTINEL)
 
-def key(st: os.stat_result) -> tuple[int, ...]:
-    """What identifies a skipped entry until it changes."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid)
+    @property
+    def created(self) -> float | None:
+        """Creation time read from g1 (:func:`~.layout.generation_time`), in seconds since
+        the epoch; None when g1 is no time (writers that count generations)."""
+        return fmt.generation_time(self.g1, time.time())
 
 
-def kind(mode: int) -> str:
-    """The file type of ``mode``, in words."""
-    for test, name in (
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISLNK, "symlink"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
+@dataclass(frozen=True, slots=True)
+class Toc:
+    """One TOC entry (mmv(5) "TOC"): section ``type``, entry ``count`` and section ``offset``;
+    ``at`` is the offset of the TOC entry itself."""
+
+    index: int
+    type: int
+    count: int
+    offset: int
+    at: int
+
+
+@dataclass(slots=True)
+class Instance:
+    """One instance: internal id (int32) and external name; ``offset`` of its entry."""
+
+    internal: int
+    external: str
+    offset: int
+
+
+@dataclass(slots=True)
+class Indom:
+    """One instance domain of the file, keyed by its file-local ``serial``.
+
+    ``positions`` maps internal id -> index in ``instances`` (the value index uses it)."""
+
+    serial: int
+    offset: int
+    instances: list[Instance]
+    shorthelp: str | None
+    longhelp: str | None
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Metric:
+    """One metric entry.  ``indom`` is the file-local serial, or None when singular.
+
+    ``slots`` is the value index: for instance position p (see :attr:`Indom.positions`;
+    position 0 for a singular metric), the offset of the value entry relative to the
+    snapshot base, or -1 when the file has no value for it."""
+
+    name: str
+    item: int
+    type: int
+    semantics: int
+    dimension: int
+    indom: int | None
+    shorthelp: str | None
+    longhelp: str | None
+    offset: int
+    slots: array[int] = field(default_factory=lambda: array("q"))
+    stride: int = 0
+
+    @property
+    def value_count(self) -> int:
+        return sum(1 for s in self.slots if s >= 0)
+
+    def find_stride(self) -> None:
+        """Set ``stride`` when every instance has a value and the value entries are evenly
+        spaced and 8-byte aligned in the span (libpcp_mmv writes a metric's values in
+        instance order), so that :meth:`MmvFile.column` can read them in one slice."""
+        s = self.slots
+        if not s:
+            self.stride = 0
+            return
+        step = s[1] - s[0] if len(s) > 1 else fmt.VALUE_SIZE
+        ok = step > 0 and step % 8 == 0 and s[0] % 8 == 0
+        self.stride = step if ok and s == array("q", range(s[0], s[0] + len(s) * step, step)) else 0
+
+
+@dataclass(slots=True)
+class Label:
+    """One label entry: ``kind`` is one of layout.LABEL_{INDOM,CLUSTER,ITEM,INSTANCES};
+    ``identity`` a serial, cluster or item; ``internal`` an instance id or -1; ``payload``
+    the JSON object text; ``optional`` the on-disk PM_LABEL_OPTIONAL bit."""
+
+    kind: int
+    identity: int
+    internal: int
+    payload: str
+    optional: bool
+    offset: int

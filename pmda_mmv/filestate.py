@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from .catalogue import FileEntry
+from .errors import MmvError
 from .liveness import Writer
-from .reader import MmvError
 
 OK: Final = "ok"
 PARTIAL: Final = "partial"

@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Container
 from typing import Final
 
-from . import format as fmt
+from . import layout as fmt
 
 INDOM_MASK: Final = fmt.MAX_SERIAL
 """PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""

@@ -5,7 +5,7 @@ one epoll set polled at the start of every request (:meth:`Writers.exited`), so 
 exit removes its file at the next request whatever the number of files (a zombie has exited
 too).  Without pidfds (Linux < 5.3, or out of descriptors) psutil checks the process at the
 scanner's periodic check (:func:`running`).  A live process that started more than PID_SLACK
-seconds after the file's creation (:func:`~.format.generation_time`) is not its writer but a
+seconds after the file's creation (:func:`~.layout.generation_time`) is not its writer but a
 reused PID.
 """
 
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from . import format as fmt
+from . import layout as fmt
 from .reader import MmvFile
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class Writers:
 def exit_reason(path: str, mf: MmvFile) -> str:
     """The problem line of a PROCESS file whose writer has exited."""
     return (
-        f"{path}: header.process at offset 32: writer process {mf.header.process} "
+        f"{path}: {fmt.header_field('process')}: writer process {mf.header.process} "
         "has exited (MMV_FLAG_PROCESS), file not served"
     )
 

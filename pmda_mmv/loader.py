@@ -2,7 +2,7 @@
 
 :class:`Loader` holds every directory entry's :class:`~.filestate.FileState` and the
 :class:`~.catalogue.Catalogue` of served files.  :meth:`Loader._consider` looks at a list of
-names: each whose stat changed is resolved (:mod:`~.entries`), checked against the
+names: each whose stat changed is resolved (:mod:`~.dirpolicy`), checked against the
 resources (``max_total``, hard links), opened and validated (:class:`~.reader.MmvFile`), its
 PROCESS writer found (:mod:`~.liveness`); then the opened files are served in name order
 (first come, first served).  When it runs, and how much at a time, is :mod:`~.scanner`'s
@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
-from . import format as fmt
+from . import layout as fmt
 from .backoff import Backoff
 from .catalogue import Catalogue, FileEntry, Log, remember
-from .entries import Skip, resolve
+from .dirpolicy import Skip, resolve
+from .errors import MmvError, NotReady
 from .filestate import EXITED, NOT_READY, OK, PARTIAL, REFUSED, UNSEEN, Changes, FileState
 from .liveness import Exited, Writer, Writers, exit_reason
-from .reader import MmvError, MmvFile, NotReady, printable
+from .reader import MmvFile
+from .rules import printable
 
 Inode = tuple[int, int]
 
@@ -100,9 +102,11 @@ class Loader:
             state.inode = None
         return entry
 
-    def _requeue_links(self, inode: Inode) -> None:
+    def _requeue_links(self, inode: Inode | None) -> None:
         """The names refused as hard links of ``inode``, looked at again: the name they
         lost to is no longer served (one of them may be)."""
+        if inode is None:
+            return
         for link in sorted(self._links.pop(inode, ())):
             if link in self.states:
                 self.states[link].key = UNSEEN
@@ -115,7 +119,7 @@ class Loader:
         are first come, first served); auto-assigned clusters avoid every requested one.
         Past ``deadline`` (once one entry was looked at) the names not reached are returned."""
         changes = Changes()
-        opened: list[tuple[FileState, MmvFile, Writer | None]] = []
+        opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
         rest: list[str] = []
         loading: dict[Inode, str] = {}
         for i, name in enumerate(names):
@@ -142,11 +146,12 @@ class Loader:
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
         self._loading = 0
         requested = {c for c, n in self._asked.items() if n}
-        requested |= {mf.header.cluster for _, mf, _ in opened}
+        requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
-        wanted = self.catalogue.wanted_indoms(mf for _, mf, _ in opened)
-        for state, mf, writer in sorted(opened, key=lambda p: p[0].name):  # first name wins
-            self._serve(state, mf, writer, (requested - {mf.header.cluster}, wanted), changes)
+        wanted = self.catalogue.wanted_indoms(mf for _, mf, _, _ in opened)
+        for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
+            wants = (requested - {mf.header.cluster}, wanted)
+            self._serve(state, mf, (writer, inode), wants, changes)
         return changes, rest
 
     def _instance(self, name: str) -> int:
@@ -166,7 +171,7 @@ class Loader:
         lst: os.stat_result | OSError,
         loading: dict[Inode, str],
         changes: Changes,
-    ) -> tuple[MmvFile, Writer | None] | None:
+    ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
         """Open the entry if its stat changed (or its key was reset for a retry), with its
         live writer when it is a PROCESS file; None when unchanged, not ready, refused or
         its writer has exited (state and log updated).  ``loading``: the inodes this scan
@@ -209,7 +214,7 @@ class Loader:
             return None
         if inode is not None:
             loading[inode] = state.name
-        return mf, writer
+        return mf, writer, inode
 
     def _linked(
         self,
@@ -249,32 +254,35 @@ class Loader:
         self,
         state: FileState,
         mf: MmvFile,
-        writer: Writer | None,
+        found: tuple[Writer | None, Inode | None],
         wants: tuple[set[int], set[int]],
         changes: Changes,
     ) -> None:
-        """Serve a loaded file; ``wants``: the clusters and indom numbers other files of
-        this scan ask for (Catalogue.add)."""
+        """Serve a loaded file; ``found``: its live writer and its inode (None through a
+        symlink); ``wants``: the clusters and indom numbers other files of this scan ask
+        for (Catalogue.add)."""
+        writer, inode = found
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         entry = self.catalogue.add(mf, *wants)
         if entry is None:
             _close(mf, writer)
-            self._requeue_links(mf.inode)
+            self._requeue_links(inode)
             self._set(state, REFUSED, self.catalogue.refusal, changes, logged=True)
             if self.catalogue.starved:
                 self._starved.add(state.name)
             return
         if not entry.metrics and any(t.type == fmt.TOC_METRICS and t.count for t in mf.toc):
             self._refuse_unserved(state, entry, writer, changes)
+            self._requeue_links(inode)
             return
         state.entry = entry
         state.error = None
         _count(self._asked, mf.header.cluster, 1)
         self._total += mf.size
-        if mf.path == self._prefix + state.name:  # not through a symlink
-            state.inode = mf.inode
-            self._inodes[mf.inode] = state.name
+        if inode is not None:  # not through a symlink
+            state.inode = inode
+            self._inodes[inode] = state.name
         if writer is not None:
             state.writer = writer
             self._writers.watch(state.name, writer)
@@ -299,7 +307,6 @@ class Loader:
         mf = entry.mf
         self.catalogue.remove(state.name)
         _close(mf, writer)
-        self._requeue_links(mf.inode)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
         problems = [printable(p) for p in _problems(mf, entry)]

@@ -22,7 +22,7 @@ the installed libpcp for a feature wherever one shows the difference:
   needs nothing for them (the on-disk word is handed to pmcd bit for bit, and clients
   print it with their own libpcp); ``pmda-mmv check``/``dump`` print units with the
   installed ``pmUnitsStr`` too; only their fallback without python3-pcp
-  (:func:`pmda_mmv.inspect.format_units`) ignores the extra units and prints PCP 7's names.
+  (:func:`pmda_mmv.layout.format_units`) ignores the extra units and prints PCP 7's names.
 """
 
 from __future__ import annotations

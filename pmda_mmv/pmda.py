@@ -22,12 +22,15 @@ import cpmda
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaIndom, pmdaInstid, pmdaMetric
 
-from . import format as fmt
+from . import layout as fmt
 from . import pcpcompat
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
+from .decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
+from .errors import Changed
 from .pmidhash import PmidHashCount, locate
 from .ratelimit import LogLimit
-from .reader import DEFAULT_MAX_SIZE, MISSING, NO_VALUE, UNSUPPORTED, Changed, Snapshot, printable
+from .reader import DEFAULT_MAX_SIZE
+from .rules import printable
 from .scanner import MAX_TOTAL, Changes, FileState, Scanner, parse_owners
 from .watcher import Watcher
 

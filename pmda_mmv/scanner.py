@@ -20,7 +20,7 @@ Resources: a file refused, or an indom left out, for want of a cluster or an ind
 is retried when the catalogue frees one (in name order, until one is still refused); a file
 refused past ``max_total`` when a served file leaves.
 
-Policies (:mod:`~.entries`): dot-files are ignored; only regular files are read; a symlink
+Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
 is followed only to a regular file inside the same directory; ``owners``; files larger than
 ``max_size`` are refused; a hard link to a file served under another name is refused
 (:mod:`~.loader`).  Every refusal is logged once per change of the file.
@@ -37,10 +37,12 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from .catalogue import Catalogue, FileEntry, Log
+from .errors import Changed
 from .filestate import ALL, EXITED, NOT_READY_GRACE, PENDING, UNSEEN
 from .filestate import IGNORED as IGNORED  # the names check and the agent import
 from .filestate import NOT_READY as NOT_READY
 from .filestate import OK as OK
+from .filestate import PARTIAL as PARTIAL
 from .filestate import REFUSED as REFUSED
 from .filestate import Changes as Changes
 from .filestate import FileState as FileState
@@ -48,7 +50,7 @@ from .filestate import ignore_reason as ignore_reason
 from .filestate import parse_owners as parse_owners
 from .liveness import exit_reason, running
 from .loader import Loader
-from .reader import DEFAULT_MAX_SIZE, Changed
+from .reader import DEFAULT_MAX_SIZE
 
 MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits

@@ -28,13 +28,13 @@ import psutil
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from pmda_mmv import format as fmt  # noqa: E402
+from pmda_mmv import layout as fmt  # noqa: E402
 from tests.mmvbuild import Metric, MmvBuilder, Value  # noqa: E402
 from tests.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
 
 
 def big_file(path: Path, n: int) -> int:
-    """Write the big file with the format.py structs; returns its size."""
+    """Write the big file with the layout.py structs; returns its size."""
     isize, vsize = fmt.INSTANCE_V1.size, fmt.VALUE.size
     indoms = fmt.HEADER_SIZE + 4 * fmt.TOC_SIZE
     insts = indoms + fmt.INDOM.size

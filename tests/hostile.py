@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value
 
 Population = Callable[[Path], list[Path]]

@@ -2,7 +2,7 @@
 
 :class:`MmvBuilder` writes version 1, 2 and 3 files byte by byte from a description
 (indoms with instances, metrics, values, labels, extra strings), using only the structs of
-:mod:`pmda_mmv.format`.  Every on-disk field can be overridden (``raw`` on each entry,
+:mod:`pmda_mmv.layout`.  Every on-disk field can be overridden (``raw`` on each entry,
 ``header``/``toc`` on the builder, :meth:`Image.patch` afterwards) so that malformed files
 can be made.  :meth:`Image.at` gives the absolute byte offset of any entry or field, derived
 from the struct formats, so tests can assert the offsets the reader reports.
@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 
 Raw = dict[str, Any]
 
 METRIC_FIELDS = ("name", "item", "type", "semantics", "dimension", "indom", "shorthelp", "longhelp")
 
-# Field names of the format.py structs, in struct order ('x' padding has no name).
+# Field names of the layout.py structs, in struct order ('x' padding has no name).
 FIELDS: dict[struct.Struct, tuple[str, ...]] = {
     fmt.HEADER: ("magic", "version", "g1", "g2", "tocs", "flags", "process", "cluster"),
     fmt.TOC: ("type", "count", "offset"),
@@ -59,8 +59,8 @@ def field_offsets(st: struct.Struct) -> dict[str, int]:
 
 
 def entry_struct(section: str, version: int) -> struct.Struct:
-    """The format.py struct of one entry of ``section`` in a file of ``version``."""
-    v1 = fmt.layout(version) == 1
+    """The layout.py struct of one entry of ``section`` in a file of ``version``."""
+    v1 = fmt.entry_layout(version) == 1
     return {
         "header": fmt.HEADER,
         "toc": fmt.TOC,
@@ -209,7 +209,7 @@ class Image:
         return st.unpack_from(self.data, self.at(section, index))[FIELDS[st].index(name)]
 
     def patch(self, section: str, index: int, name: str, value: Any) -> Image:
-        """Overwrite one field of one entry in place (packed with its format.py struct)."""
+        """Overwrite one field of one entry in place (packed with its layout.py struct)."""
         st = entry_struct(section, self.version)
         at = self.at(section, index)
         fields = list(st.unpack_from(self.data, at))
@@ -227,7 +227,7 @@ class _Layout:
 
     def __init__(self, b: MmvBuilder) -> None:
         self.b = b
-        self.v1 = fmt.layout(b.version) == 1
+        self.v1 = fmt.entry_layout(b.version) == 1
         self.pool: list[bytes] = []
         self.string_index: dict[tuple[int, str], int] = {}  # (id of entry, field) -> pool index
         self.collect_strings()
@@ -281,7 +281,7 @@ class _Layout:
         }
         self.section_at: dict[int, int] = {}
         for t in self.present:
-            size = fmt.ENTRY_SIZE[(t, fmt.layout(self.b.version))]
+            size = fmt.ENTRY_SIZE[(t, fmt.entry_layout(self.b.version))]
             self.section_at[t] = pos
             self.entries[SECTION[t]] = [pos + k * size for k in range(self.counts[t])]
             pos += self.counts[t] * size

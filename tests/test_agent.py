@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.mmvbuild import (
     Indom,
     Instance,

@@ -25,10 +25,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.parse.ranges import Ranges
 from pmda_mmv.ratelimit import PER_CAUSE, LogLimit
-from pmda_mmv.reader import _Ranges, printable
+from pmda_mmv.rules import printable
 from pmda_mmv.scanner import Scanner
 from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
@@ -351,7 +352,7 @@ def test_log_limit_bounds_the_lines_of_all_files() -> None:
 def test_ranges_find_the_overlap_a_scan_finds(spans: list[tuple[int, int]]) -> None:
     """The reader's sorted ranges (sections, indoms' instances) answer as a scan of every
     accepted range would, in whatever order ranges come; blocks (of 2 here) split often."""
-    ranges = _Ranges[int](block=2)
+    ranges = Ranges[int](block=2)
     accepted: list[tuple[int, int, int]] = []
     for k, (start, length) in enumerate(spans):
         end = start + length

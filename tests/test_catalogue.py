@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv import catalogue, nametree
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
 from pmda_mmv.reader import MmvFile
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample

@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 import pytest
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import derived_indom
 from tests import mmvbuild
 from tests.normalize import (

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv import pcpcompat
 from tests.fleet.services import KeyServer, Pmproxy, Pmseries, Sample, record, require_fleet
 from tests.fleet.writer import FleetFile, write_fleet

@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.target import check_bytes, check_file
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.filestate import NOT_READY_GRACE
 from tests import mmvbuild
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
@@ -1086,7 +1086,7 @@ def mutable_spans(data: bytes) -> list[tuple[int, int]]:
     spans = [(0, fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE)]
     for k in range(tocs):
         ttype, count, offset = fmt.TOC.unpack_from(data, fmt.HEADER_SIZE + k * fmt.TOC_SIZE)
-        spans.append((offset, offset + count * fmt.ENTRY_SIZE[(ttype, fmt.layout(version))]))
+        spans.append((offset, offset + count * fmt.ENTRY_SIZE[(ttype, fmt.entry_layout(version))]))
     return spans
 
 

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import format as fmt
-from pmda_mmv import inspect, pcpcompat
+from pmda_mmv import dump, pcpcompat, pcpenv, verdict
+from pmda_mmv import layout as fmt
 from pmda_mmv.reader import MmvFile
+from tests import mmvbuild as mb
 from tests.mmvbuild import FIELDS, Image, Indom, Instance, Metric, MmvBuilder, Value, sample
 from tests.writers import reference
 
@@ -36,8 +37,11 @@ def run_cli(*args: str, python_flags: tuple[str, ...] = ()) -> subprocess.Comple
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
 
 
+COMMANDS = {"check": verdict.main, "dump": dump.main}
+
+
 def main(capsys: pytest.CaptureFixture[str], command: str, *args: str) -> tuple[int, str]:
-    rc = inspect.main(command, list(args))
+    rc = COMMANDS[command](list(args))
     return rc, capsys.readouterr().out
 
 
@@ -166,12 +170,12 @@ def test_check_missing_file_is_refused(capsys: pytest.CaptureFixture[str], tmp_p
 @pytest.mark.parametrize("command", ["check", "dump"])
 @pytest.mark.parametrize("args", [[], ["--bogus", "x"], ["--json"]])
 def test_usage_errors_exit_two(capsys, command: str, args: list[str]) -> None:
-    assert inspect.main(command, args) == 2
+    assert COMMANDS[command](args) == 2
     assert "usage: pmda-mmv " + command in capsys.readouterr().err
 
 
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert inspect.main("check", ["--help"]) == 0
+    assert verdict.main(["--help"]) == 0
     assert "FILE|DIR" in capsys.readouterr().out
 
 
@@ -344,7 +348,7 @@ UNITS_WORDS = st.builds(
 
 @pytest.fixture(scope="module")
 def pcp_units():
-    units = inspect._pcp_units_str()
+    units = pcpenv._pcp_units_str()
     if units is None:
         pytest.fail("python3-pcp not available")
     return units
@@ -356,9 +360,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
     """The fallback prints what PCP 6 prints; where the installed libpcp reads the low 8
     bits (PCP 7.2's extra units, pcpcompat.extra_units) the fallback still ignores them."""
     named = pcpcompat.count_scale_named()
-    assert inspect.format_units(word | pad, named) == inspect.format_units(word, named)
+    assert fmt.format_units(word | pad, named) == fmt.format_units(word, named)
     shown = pcp_units(word | pad) if not pcpcompat.extra_units() else pcp_units(word)
-    assert inspect.format_units(word | pad, named) == shown
+    assert fmt.format_units(word | pad, named) == shown
 
 
 @pytest.mark.parametrize(
@@ -380,9 +384,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
 )
 def test_fallback_units_examples(kwargs: dict[str, int], text: str) -> None:
     """PCP 6's texts; PCP 7 names ``count`` for a count scale alone."""
-    assert inspect.format_units(fmt.units_word(**kwargs), count_scale_named=False) == text
+    assert fmt.format_units(fmt.units_word(**kwargs), count_scale_named=False) == text
     pcp7 = f"count {text}" if text.startswith("x 10") else text
-    assert inspect.format_units(fmt.units_word(**kwargs)) == pcp7
+    assert fmt.format_units(fmt.units_word(**kwargs)) == pcp7
 
 
 def test_check_and_dump_work_without_python3_pcp(files) -> None:
@@ -616,7 +620,7 @@ def compare_indoms(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) -
                 (d["serial"], i["internal"], i["external"]),
                 c.instances.get(i["offset"]),
             )
-    isize = fmt.ENTRY_SIZE[(fmt.TOC_INSTANCES, fmt.layout(doc["header"]["version"]))]
+    isize = fmt.ENTRY_SIZE[(fmt.TOC_INSTANCES, fmt.entry_layout(doc["header"]["version"]))]
     ours_inst = {i["offset"] for d in doc["indoms"] for i in d["instances"]}
     for off in set(c.instances) - ours_inst:
         bad.check(f"{where} instance@{off}", within_problem(doc, off, isize), "dropped silently")
@@ -626,7 +630,7 @@ def compare_indoms(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) -
 
 def compare_metrics(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) -> set[int]:
     """Returns the items of the metrics we rejected (their values are not ours either)."""
-    msize = fmt.ENTRY_SIZE[(fmt.TOC_METRICS, fmt.layout(doc["header"]["version"]))]
+    msize = fmt.ENTRY_SIZE[(fmt.TOC_METRICS, fmt.entry_layout(doc["header"]["version"]))]
     ours = {m["offset"]: m for m in doc["metrics"]}
     for off, m in ours.items():
         cm = c.metrics.get(off, {})
@@ -938,6 +942,18 @@ def test_c_reference_defects(c_reference, tmp_path: Path, defect: str) -> None:
 
 
 def test_field_names_cover_every_struct() -> None:
-    """mmvbuild names every field of every format.py struct (the builder's premise)."""
+    """mmvbuild names every field of every layout.py struct (the builder's premise)."""
     for st_, names in FIELDS.items():
         assert len(st_.unpack(bytes(st_.size))) == len(names)
+
+
+def test_layout_offsets_agree_with_the_builder() -> None:
+    """The layout's field offsets (what the parser and every message use) are those the
+    builder computes on its own from the same formats, for every record, and the offsets
+    the old messages typed by hand."""
+    for st_, names in FIELDS.items():
+        assert isinstance(st_, fmt.Record)
+        assert st_.names == names and st_.at == mb.field_offsets(st_)
+    assert (fmt.HEADER.at["process"], fmt.HEADER.at["cluster"]) == (32, 36)
+    assert fmt.header_field("cluster") == "header.cluster at offset 36"
+    assert fmt.METRIC_V2.offset(1000, "indom") == 1024 and fmt.TOC.offset(40, "offset") == 48

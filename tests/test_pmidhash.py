@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv import pcpcompat
 from pmda_mmv.pmidhash import (
     NODES,

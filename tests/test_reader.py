@@ -3,25 +3,22 @@ files from real writers (pcp.mmv, libpcp_mmv, pcp-testsuite captures)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import string
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from pmda_mmv import format as fmt
-from pmda_mmv.reader import (
-    NO_VALUE,
-    UNSUPPORTED,
-    Changed,
-    Corrupt,
-    MmvError,
-    MmvFile,
-    NotReady,
-    Refused,
-)
+from pmda_mmv import layout as fmt
+from pmda_mmv.decode import NO_VALUE, UNSUPPORTED
+from pmda_mmv.entries import Label as EntryLabel
+from pmda_mmv.errors import Changed, Corrupt, MmvError, NotReady, Refused
+from pmda_mmv.reader import MmvFile
+from pmda_mmv.rules import label_set_problem, merge_labels
 from tests import mmvbuild as mb
 from tests.mmvbuild import Image, Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
@@ -833,6 +830,31 @@ def test_item_label_for_a_skipped_metric_is_unknown(load: Loader) -> None:
     assert {p.field for p in mf.problems} == {"metrics[1].item", "labels[4].identity"}
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [r'{"sur":"\ud800"}', r'{"sur":["x\udfff",1]}', r'{"sur":{"b":"\udc80\u00e9"}}'],
+    ids=["high", "low-in-list", "in-map"],
+)
+def test_label_lone_surrogate_stays_escaped(load: Loader, payload: str) -> None:
+    """A lone surrogate escaped in a payload (which no UTF-8 encodes) stays escaped in the
+    merged label set, so that the set encodes to UTF-8: the label is served, and so is the
+    rest of the file (it raised UnicodeEncodeError at every label request in the agent;
+    found by a breaker run)."""
+    mf, _ = load(add_label(Label(fmt.LABEL_INDOM, 3, payload)))
+    assert mf.problems == [] and len(mf.labels) == 5
+    labels, notes = merge_labels(mf.labels_for(fmt.LABEL_INDOM, 3))
+    labels.encode("utf-8")
+    notes.encode("utf-8")
+    assert json.loads(labels)["sur"] == json.loads(payload)["sur"]
+
+
+def test_label_text_stays_unescaped(load: Loader) -> None:
+    """Text that UTF-8 encodes, a surrogate pair too, is not re-escaped."""
+    mf, _ = load(add_label(Label(fmt.LABEL_INDOM, 3, r'{"sur":"\u00e9\ud83d\ude00"}')))
+    labels, _ = merge_labels(mf.labels_for(fmt.LABEL_INDOM, 3))
+    assert '"sur":"\u00e9\U0001f600"' in labels
+
+
 # -- values -----------------------------------------------------------------------------------
 
 ALL_ONES = b"\xff" * 8
@@ -1129,7 +1151,28 @@ def test_column_with_scattered_and_missing_values(load: Loader) -> None:
     ]
     mf, _ = load(b)
     m, n = mf.metrics
-    from pmda_mmv.reader import MISSING
+    from pmda_mmv.decode import MISSING
 
     assert m.stride == 0 and mf.column(mf.snapshot(), m) == [-1, MISSING, -3]
     assert mf.column(mf.snapshot(), n) == [1, 2, 3]
+
+
+def _shortest_labels(count: int) -> list[EntryLabel]:
+    """Cluster labels merging into ``count`` labels with the least text: maps named by one
+    letter, each of up to 52 one-letter names."""
+    letters = string.ascii_letters
+    out = []
+    for k in range(-(-count // len(letters))):
+        inner = letters[: min(len(letters), count - k * len(letters))]
+        payload = f'{{"{letters[k]}":{{' + ",".join(f'"{x}":1' for x in inner) + "}}"
+        out.append(EntryLabel(fmt.LABEL_CLUSTER, 12, -1, payload, False, 0))
+    return out
+
+
+def test_label_set_shortest_text_is_still_counted() -> None:
+    """The shortcut that skips counting a set with too little text for PM_MAXLABELS
+    labels skips no set libpcp rejects: the shortest payloads of 255 labels are refused,
+    of 254 served."""
+    assert label_set_problem(_shortest_labels(fmt.PM_MAXLABELS - 1)) is None
+    why = label_set_problem(_shortest_labels(fmt.PM_MAXLABELS))
+    assert why is not None and f"into {fmt.PM_MAXLABELS} labels" in why

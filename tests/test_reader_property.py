@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import inspect
-from pmda_mmv.reader import Corrupt, MmvError, MmvFile
+from pmda_mmv import dump
+from pmda_mmv.errors import Corrupt, MmvError
+from pmda_mmv.reader import MmvFile
 from tests import mmvbuild as mb
 
 SETTINGS = settings(
@@ -111,7 +112,7 @@ def test_mutated_files_raise_only_mmv_errors(bases, scratch: Path, data: st.Data
     path.write_bytes(raw)
     with contextlib.suppress(MmvError), MmvFile.open(str(path)) as mf:
         exercise(mf)
-    doc = inspect.describe(str(path))  # the dump of any file is a document, not a crash
+    doc = dump.describe(str(path))  # the dump of any file is a document, not a crash
     assert doc["status"] in ("ok", "partial", "not-ready", "refused")
     event(doc["status"])
 

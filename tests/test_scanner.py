@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from pmda_mmv import catalogue
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
 from pmda_mmv.filestate import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, PENDING, REFUSED

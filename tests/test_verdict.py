@@ -20,9 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv import format as fmt
-from pmda_mmv import inspect
-from pmda_mmv.reader import printable
+from pmda_mmv import dump, verdict
+from pmda_mmv import layout as fmt
+from pmda_mmv.rules import printable
 from tests import hostile, mmvbuild
 from tests.mmvbuild import Metric, MmvBuilder, Value, sample
 from tests.pmcd import VALUE_LINE, PrivatePmcd, make_dir, our_agent
@@ -142,7 +142,7 @@ def served(pmcd: PrivatePmcd) -> Served:
     )
 
 
-def check_dir(path: Path) -> list[inspect.Doc]:
+def check_dir(path: Path) -> list[verdict.Doc]:
     done = subprocess.run(
         [sys.executable, "-m", "pmda_mmv", "check", "--json", *OPTIONS, str(path)],
         capture_output=True,
@@ -150,17 +150,17 @@ def check_dir(path: Path) -> list[inspect.Doc]:
         timeout=300,
     )
     assert done.returncode in (0, 1), done.stderr
-    results: list[inspect.Doc] = json.loads(done.stdout)
+    results: list[verdict.Doc] = json.loads(done.stdout)
     return results
 
 
 def metric_entries(path: Path) -> int:
     """Metric entries the file's TOC lists (what "all of the file's metrics" counts)."""
-    doc = inspect.describe(os.path.realpath(path))  # a symlink: its target, as served
+    doc = dump.describe(os.path.realpath(path))  # a symlink: its target, as served
     return sum(t["count"] for t in doc.get("toc", ()) if t["type"] == fmt.TOC_METRICS)
 
 
-def compare(directory: Path, results: list[inspect.Doc], agent: Served) -> list[str]:
+def compare(directory: Path, results: list[verdict.Doc], agent: Served) -> list[str]:
     """Every disagreement between check's verdicts and what the agent serves."""
     bad: list[str] = []
     listed = sorted(os.listdir(directory))

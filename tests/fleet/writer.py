@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.mmvbuild import COUNT, MSEC
 from tests.writers.libpcp_mmv import LABEL_BOOLEAN, LABEL_NUMBER, LABEL_STRING, Registry
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.writers.libpcp_mmv import (
     LABEL_ARRAY,
     LABEL_BOOLEAN,

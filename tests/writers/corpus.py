@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from tests.mmvbuild import field_offsets
 from tests.writers import reference
 from tests.writers.cases import CASES, Case, Params

@@ -18,7 +18,7 @@ What differs between libpcp_mmv versions is decided by probing the loaded librar
 its version number (:attr:`Library.add_instance_reports_success`).  The library keeps the
 pointers it is given until the registry is freed, so every string passed in is kept alive by
 the object that passed it.  Nothing here imports python3-pcp; pmUnits travel as their 32-bit
-word (:func:`pmda_mmv.format.units_word`).
+word (:func:`pmda_mmv.layout.units_word`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 
 INDOM_NULL = -1
 """The registry API's "no indom" serial (``PM_INDOM_NULL`` as the ``int`` it takes)."""

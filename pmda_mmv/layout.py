@@ -25,18 +25,56 @@ in any version (the C reference does the same).  A string offset of 0 means "abs
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Final
+
+
+class Record(struct.Struct):
+    """One on-disk record: its ``struct`` format and size together with the byte offset of
+    each named field inside it, computed once from the format (as CPython's ``zipfile``
+    keeps ``structCentralDir``, ``sizeCentralDir`` and the ``_CD_*`` indices together).
+    ``names`` lists the fields in format order; ``x`` padding has no name.  Offsets are
+    read as ``RECORD.at["field"]``, or ``RECORD.offset(base, "field")`` for an entry at
+    ``base``."""
+
+    def __init__(self, format: str, names: tuple[str, ...]) -> None:
+        super().__init__(format)
+        at: dict[str, int] = {}
+        prefix, fields = format[0], iter(names)
+        for count, code in re.findall(r"(\d*)([a-zA-Z?])", format[1:]):
+            if code != "x":
+                at[next(fields)] = struct.calcsize(prefix)
+            prefix += count + code
+        if len(at) != len(names):
+            raise ValueError(f"{format}: {len(names)} names for {len(at)} fields")
+        self.names = names
+        self.at: Final[dict[str, int]] = at
+
+    def offset(self, base: int, name: str) -> int:
+        """Absolute offset of field ``name`` of the entry at ``base``."""
+        return base + self.at[name]
+
 
 MAGIC: Final = b"MMV\0"
 VERSIONS: Final = (1, 2, 3)
 
 # -- header (mmv_disk_header_t) ------------------------------------------------------------
-HEADER: Final = struct.Struct("=4siQQiIii")
+HEADER: Final = Record(
+    "=4siQQiIii", ("magic", "version", "g1", "g2", "tocs", "flags", "process", "cluster")
+)
 """magic, version, g1, g2, tocs, flags, process, cluster."""
 HEADER_SIZE: Final = HEADER.size  # 40
+
+
+def header_field(name: str) -> str:
+    """``header.NAME at offset N``: a header field as problems name it (:class:`MmvError`
+    of :mod:`pmda_mmv.errors` spells a field and its offset so)."""
+    return f"header.{name} at offset {HEADER.at[name]}"
+
+
 GENERATION: Final = struct.Struct("=QQ")
-GENERATION_OFFSET: Final = 8
+GENERATION_OFFSET: Final = HEADER.at["g1"]  # g1, then g2
 
 FLAG_NOPREFIX: Final = 0x1
 FLAG_PROCESS: Final = 0x2
@@ -44,7 +82,7 @@ FLAG_SENTINEL: Final = 0x4
 FLAGS_KNOWN: Final = FLAG_NOPREFIX | FLAG_PROCESS | FLAG_SENTINEL
 
 # -- TOC (mmv_disk_toc_t) ------------------------------------------------------------------
-TOC: Final = struct.Struct("=IIQ")
+TOC: Final = Record("=IIQ", ("type", "count", "offset"))
 """type, count (int32 on disk, read unsigned as the reference does), offset."""
 TOC_SIZE: Final = TOC.size  # 16
 
@@ -64,29 +102,40 @@ TOC_NAMES: Final = {
 }
 
 # -- section entries -----------------------------------------------------------------------
-INDOM: Final = struct.Struct("=IIQQQ")
+INDOM: Final = Record("=IIQQQ", ("serial", "count", "offset", "shorthelp", "longhelp"))
 """serial, count, offset (first instance), shorthelp, longhelp."""
 
-INSTANCE_V1: Final = struct.Struct("=Q4xi64s")
+METRIC_FIELDS: Final = (
+    "name",
+    "item",
+    "type",
+    "semantics",
+    "dimension",
+    "indom",
+    "shorthelp",
+    "longhelp",
+)
+
+INSTANCE_V1: Final = Record("=Q4xi64s", ("indom", "internal", "external"))
 """indom (entry offset), internal, external (inline, 64 bytes)."""
-INSTANCE_V2: Final = struct.Struct("=Q4xiQ")
+INSTANCE_V2: Final = Record("=Q4xiQ", ("indom", "internal", "external"))
 """indom (entry offset), internal, external (string offset)."""
 
-METRIC_V1: Final = struct.Struct("=64sIiIIi4xQQ")
+METRIC_V1: Final = Record("=64sIiIIi4xQQ", METRIC_FIELDS)
 """name (inline, 64 bytes), item, type, semantics, dimension, indom, shorthelp, longhelp."""
-METRIC_V2: Final = struct.Struct("=QIiIIi4xQQ")
+METRIC_V2: Final = Record("=QIiIIi4xQQ", METRIC_FIELDS)
 """name (string offset), item, type, semantics, dimension, indom, shorthelp, longhelp."""
 
-VALUE: Final = struct.Struct("=8sqQQ")
+VALUE: Final = Record("=8sqQQ", ("value", "extra", "metric", "instance"))
 """value (8 raw bytes of a pmAtomValue), extra, metric (entry offset), instance (entry offset)."""
 VALUE_SIZE: Final = VALUE.size  # 32
 VALUE_EXTRA: Final = struct.Struct("=q")
-EXTRA_OFFSET: Final = 8
+EXTRA_OFFSET: Final = VALUE.at["extra"]
 
 STRING_SIZE: Final = 256  # MMV_STRINGMAX, including the terminating NUL
 NAME_SIZE: Final = 64  # MMV_NAMEMAX, v1 inline names
 
-LABEL: Final = struct.Struct("=IIi244s")
+LABEL: Final = Record("=IIi244s", ("flags", "identity", "internal", "payload"))
 """flags, identity, internal, payload (NUL-terminated JSON object, 244 bytes)."""
 LABEL_PAYLOAD_SIZE: Final = 244  # MMV_LABELMAX
 
@@ -107,7 +156,7 @@ ENTRY_SIZE: Final = {
 """(section type, layout) -> entry size; layout is 1 for version 1 files, 2 otherwise."""
 
 
-def layout(version: int) -> int:
+def entry_layout(version: int) -> int:
     """Entry layout of a file version: 1 for version 1, 2 for versions 2 and 3."""
     return 1 if version == 1 else 2
 
@@ -152,6 +201,8 @@ SEM_COUNTER: Final = 1
 SEM_INSTANT: Final = 3
 SEM_DISCRETE: Final = 4
 SEMANTICS: Final = (SEM_UNSET, SEM_COUNTER, SEM_INSTANT, SEM_DISCRETE)
+SEM_NAMES: Final = {SEM_COUNTER: "counter", SEM_INSTANT: "instant", SEM_DISCRETE: "discrete"}
+"""Names of the semantics PCP serves (PM_SEM_*; unset is served as counter)."""
 
 INDOM_NONE: Final = (0, 0xFFFFFFFF)
 """A metric's indom field holding either of these means singular (PM_INDOM_NULL)."""
@@ -223,6 +274,43 @@ def units_word(
         | (scale_time & 0xF) << 12
         | (scale_count & 0xF) << 8
     )
+
+
+UNITS: Final = struct.Struct("=I")
+"""A pmUnits word as its 4 native bytes (what ``pmUnits.from_buffer_copy`` takes)."""
+
+
+def units_bytes(word: int) -> bytes:
+    """The 4 native bytes of a pmUnits word, bit for bit (pad / extra bits included)."""
+    return UNITS.pack(word & 0xFFFFFFFF)
+
+
+_SPACE: Final = ("byte", "Kbyte", "Mbyte", "Gbyte", "Tbyte", "Pbyte", "Ebyte", "Zbyte", "Ybyte")
+_TIME: Final = ("nanosec", "microsec", "millisec", "sec", "min", "hour")
+
+
+def format_units(word: int, count_scale_named: bool = True) -> str:
+    """A pmUnits word (the MMV metric ``dimension`` field) as ``pmUnitsStr(3)`` prints it,
+    e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.  A count scale
+    without dimensions is ``"count x 10^6"`` as in PCP 7 (``count_scale_named``), ``"x
+    10^6"`` as in PCP 6.  The low 8 bits (pad; PCP 7.2's extraUnit/extraScale) are
+    ignored, as PCP 6 does.  The one rendering of units without libpcp."""
+    dspace, dtime, dcount, sspace, stime, scount = units_fields(word)
+    space = _SPACE[sspace] if sspace < len(_SPACE) else f"space-{sspace}"
+    time_ = _TIME[stime] if stime < len(_TIME) else f"time-{stime}"
+    count = {0: "count", 1: "count x 10"}.get(scount, f"count x 10^{scount}")
+    dims = ((dspace, space), (dtime, time_), (dcount, count))
+
+    def power(dim: int, name: str) -> str:
+        return name if abs(dim) == 1 else f"{name}^{abs(dim)}"
+
+    up = [power(d, n) for d, n in dims if d > 0]
+    down = [power(d, n) for d, n in dims if d < 0]
+    text = " ".join(up + (["/", *down] if down else []))
+    if text:
+        return text
+    alone = {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
+    return f"count {alone}" if alone and count_scale_named else alone
 
 
 UNITS_ELAPSED: Final = units_word(dim_time=1, scale_time=1)

@@ -1,0 +1,136 @@
+"""Values of an MMV file: a :class:`Snapshot` (one consistent copy of the values span) and
+the decoders that read a metric's values from it, with the markers for what a value
+entry cannot give (:data:`NO_VALUE`, :data:`UNSUPPORTED`, :data:`MISSING`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from . import layout as fmt
+from .entries import Metric
+
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
+
+ReadString = Callable[[int], "str | None"]
+"""The live string entry at an offset (:meth:`~.reader.MmvFile.read_string`)."""
+Decoder = Callable[["Snapshot", int], object]
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """One consistent copy of a file's values span, taken per request.
+
+    ``data`` holds the bytes from the file's first to its last value entry; value offsets
+    in :attr:`Metric.slots` index into it.  ``sentinel`` is the live SENTINEL flag and
+    ``now_us`` the time of the copy in microseconds (for ELAPSED)."""
+
+    data: bytes
+    sentinel: bool
+    now_us: float
+
+
+class _Absent:
+    """Marker values returned by decoders."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NO_VALUE: Final = _Absent("NO_VALUE")
+"""The SENTINEL flag marks this value as absent."""
+UNSUPPORTED: Final = _Absent("UNSUPPORTED")
+"""The metric's type is NOSUPPORT: the writer has no value to give."""
+MISSING: Final = _Absent("MISSING")
+"""The file has no value entry for this instance of the metric."""
+
+_CAST: Final = {
+    fmt.TYPE_I32: "i",
+    fmt.TYPE_U32: "I",
+    fmt.TYPE_I64: "q",
+    fmt.TYPE_U64: "Q",
+    fmt.TYPE_FLOAT: "f",
+    fmt.TYPE_DOUBLE: "d",
+}
+"""memoryview formats of the numeric types read in bulk (native, first bytes of the union)."""
+
+
+def decoder(mtype: int, read_string: ReadString) -> Decoder:
+    """A function ``(snapshot, slot) -> value`` for metrics of ``mtype``: int, float or
+    str, :data:`NO_VALUE` when the SENTINEL flag marks it absent, or :data:`UNSUPPORTED`
+    for NOSUPPORT (and any type this reader does not serve); STRING values are read
+    through ``read_string``."""
+    if mtype == fmt.TYPE_STRING:
+        extra = fmt.VALUE_EXTRA.unpack_from
+
+        def string(snap: Snapshot, slot: int) -> object:
+            text = read_string(extra(snap.data, slot + fmt.EXTRA_OFFSET)[0])
+            if text is None:
+                return UNSUPPORTED
+            return NO_VALUE if snap.sentinel and not text else text
+
+        return string
+    if mtype == fmt.TYPE_ELAPSED:
+        pair, unpack_us = fmt.VALUE.unpack_from, fmt.VALUE_FORMAT[fmt.TYPE_ELAPSED].unpack_from
+
+        def elapsed(snap: Snapshot, slot: int) -> object:
+            raw, ext, _, _ = pair(snap.data, slot)
+            if snap.sentinel and raw == fmt.SENTINEL_BYTES:
+                return NO_VALUE
+            value: int = unpack_us(raw)[0]
+            if ext < 0:
+                value += int(snap.now_us + ext)
+            return value if INT64_MIN <= value <= INT64_MAX else UNSUPPORTED
+
+        return elapsed
+    if mtype in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
+        unpack_real = fmt.VALUE_FORMAT[mtype].unpack_from
+
+        def real(snap: Snapshot, slot: int) -> object:
+            v: float = unpack_real(snap.data, slot)[0]
+            return NO_VALUE if snap.sentinel and v != v else v
+
+        return real
+    if mtype in fmt.VALUE_FORMAT:
+        unpack_int = fmt.VALUE_FORMAT[mtype].unpack_from
+        data8 = fmt.VALUE_FORMAT[fmt.TYPE_U64].unpack_from
+        all_ones = (1 << 64) - 1
+
+        def integer(snap: Snapshot, slot: int) -> object:
+            if snap.sentinel and data8(snap.data, slot)[0] == all_ones:
+                return NO_VALUE
+            return unpack_int(snap.data, slot)[0]
+
+        return integer
+    return _unsupported
+
+
+def _unsupported(snap: Snapshot, slot: int) -> object:
+    return UNSUPPORTED
+
+
+def sliced(snap: Snapshot, metric: Metric) -> bool:
+    """Whether :func:`column` reads ``metric`` in one slice of ``snap``: then its values
+    are all plain numbers (no marker)."""
+    return (
+        metric.type in _CAST and not snap.sentinel and metric.stride > 0 and not len(snap.data) % 8
+    )
+
+
+def column(snap: Snapshot, metric: Metric, read_string: ReadString) -> list[object]:
+    """The values of ``metric`` in ``snap``, by instance position (one for a singular
+    metric): int, float or str, :data:`NO_VALUE`, :data:`UNSUPPORTED`, or
+    :data:`MISSING` where the file has no value entry.  Numeric metrics whose value
+    entries are evenly spaced are read with one slice of the snapshot."""
+    if not sliced(snap, metric):
+        decode = decoder(metric.type, read_string)
+        return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]
+    view = memoryview(snap.data).cast(_CAST[metric.type])  # type: ignore[call-overload]
+    first, step = metric.slots[0] // view.itemsize, metric.stride // view.itemsize
+    values: list[object] = view[first : first + step * len(metric.slots) : step].tolist()
+    return values

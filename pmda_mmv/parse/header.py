@@ -1,0 +1,113 @@
+"""The header and the TOC (mmv(5) "Header", "TOC"): a bad header or TOC refuses the whole
+file; a TOC entry whose section is out of range or overlaps another is skipped."""
+
+from __future__ import annotations
+
+from .. import layout as fmt
+from ..entries import Header, Toc
+from ..errors import NotReady, Refused
+from .state import State
+
+H = fmt.HEADER.at
+"""Field offsets of the header (it is at offset 0)."""
+
+
+def read_header(path: str, head: bytes, size: int) -> Header:
+    """Validate the header in ``head`` (at least 40 bytes) of a file of ``size`` bytes, in the
+    reference's order (mmv.c create_client_stat).
+
+    Raises :class:`~.errors.Refused` (magic, version, TOC count or size, cluster) or
+    :class:`~.errors.NotReady` (g1 is 0, or g1 != g2)."""
+    magic, version, g1, g2, tocs, flags, process, cluster = fmt.HEADER.unpack_from(head)
+    if magic == b"\0\0\0\0" and g1 == 0:
+        # libpcp_mmv sizes the file, then writes the header through a mapping: no event,
+        # maybe no mtime change; retry it like any file in flux.
+        raise NotReady(path, "header.magic", H["magic"], "header not written yet")
+    if magic != fmt.MAGIC:
+        raise Refused(path, "header.magic", H["magic"], f"magic {magic!r} is not 'MMV\\0'")
+    if version not in fmt.VERSIONS:
+        raise Refused(path, "header.version", H["version"], f"version {version} unsupported")
+    if g1 == 0:
+        raise NotReady(path, "header.g1", H["g1"], "generation 0, no data yet")
+    if g1 != g2:
+        raise NotReady(path, "header.g2", H["g2"], f"generation in flux, g1={g1} g2={g2}")
+    _check_tocs(path, tocs, size)
+    if not 0 <= cluster <= fmt.MAX_CLUSTER:
+        why = f"cluster {cluster} out of range"
+        raise Refused(path, "header.cluster", H["cluster"], why, fmt.MAX_CLUSTER)
+    return Header(version, g1, g2, tocs, flags, process, cluster)
+
+
+def _check_tocs(path: str, tocs: int, size: int) -> None:
+    if tocs < 2:
+        why = f"{tocs} TOC entries, expecting at least 2"
+        raise Refused(path, "header.tocs", H["tocs"], why, 2)
+    if tocs > fmt.MAX_TOCS:
+        why = f"{tocs} TOC entries, more than {fmt.MAX_TOCS}"
+        raise Refused(path, "header.tocs", H["tocs"], why, fmt.MAX_TOCS)
+    need = fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE
+    if need > size:
+        limit = (size - fmt.HEADER_SIZE) // fmt.TOC_SIZE
+        why = f"{tocs} TOC entries need {need} bytes, file has {size}"
+        raise Refused(path, "header.tocs", H["tocs"], why, limit)
+
+
+def header(path: str, data: bytes) -> Header:
+    """The validated header of the whole file ``data`` (raises as :func:`read_header`)."""
+    return read_header(path, data, len(data))
+
+
+def flags(st: State) -> None:
+    """Note unknown header flag bits (ignored, as the C reference does)."""
+    unknown = st.out.header.flags & ~fmt.FLAGS_KNOWN
+    if unknown:
+        st.problem("header.flags", H["flags"], f"unknown flag bits {unknown:#x} ignored")
+
+
+def tocs(st: State) -> list[Toc]:
+    """Every TOC entry, in file order (the header checked that they fit)."""
+    first, count = fmt.HEADER_SIZE, st.out.header.tocs
+    entries = fmt.TOC.iter_unpack(st.data[first : first + count * fmt.TOC_SIZE])
+    return [
+        Toc(i, ttype, tcount, offset, first + i * fmt.TOC_SIZE)
+        for i, (ttype, tcount, offset) in enumerate(entries)
+    ]
+
+
+_COUNT_LIMIT = {
+    fmt.TOC_METRICS: fmt.MAX_ITEM,
+    fmt.TOC_INDOMS: fmt.MAX_SERIAL,
+    fmt.TOC_LABELS: fmt.MAX_LABELS,
+}
+
+
+def accept_section(st: State, toc: Toc) -> bool:
+    """Range-check one TOC entry's section; record a problem and skip it when bad."""
+    where = f"toc[{toc.index}]"
+    if toc.type not in fmt.TOC_NAMES:
+        st.problem(f"{where}.type", toc.at, f"bad TOC type {toc.type:#x}")
+        return False
+    limit = _COUNT_LIMIT.get(toc.type)
+    name = fmt.TOC_NAMES[toc.type]
+    if limit is not None and toc.count > limit:
+        at = fmt.TOC.offset(toc.at, "count")
+        st.problem(f"{where}.count", at, f"{name} count {toc.count} > {limit}", limit)
+        return False
+    if toc.count == 0:
+        return False
+    esize = fmt.ENTRY_SIZE[(toc.type, fmt.entry_layout(st.version))]
+    start, end = toc.offset, toc.offset + toc.count * esize
+    first = fmt.HEADER_SIZE + st.out.header.tocs * fmt.TOC_SIZE
+    at = fmt.TOC.offset(toc.at, "offset")
+    if start < first or end > st.size:
+        why = f"{name} section [{start}, {end}) outside the data area [{first}, {st.size})"
+        st.problem(f"{where}.offset", at, why, st.size)
+        return False
+    other = st.sections.overlapping(start, end)
+    if other is not None:
+        ostart, oend, prior = other
+        why = f"{name} section [{start}, {end}) overlaps toc[{prior.index}] [{ostart}, {oend})"
+        st.problem(f"{where}.offset", at, why)
+        return False
+    st.sections.add(start, end, toc)
+    return True
