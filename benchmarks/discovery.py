@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pmda_mmv import catalogue, reader
-from pmda_mmv import format as fmt
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.scanner import Scanner
 
