@@ -127,7 +127,7 @@ def _check_empty(cat: Catalogue) -> None:
     if (
         cat.files
         or cat.leaves
-        or cat.interior
+        or cat.tree
         or cat.owners
         or cat.sources
         or cat.indom_sources

@@ -16,26 +16,27 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
   or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
   then files of one scan in name order.
-* PCP indom serials (22 bits) are chosen by :meth:`Catalogue.indom_serial`: the C agent's
-  number, ``((cluster << 11) | serial) & 0x3FFFFF``, whenever no other served indom holds it;
-  otherwise a number derived from the file name and serial (CRC-32, linear probing), which
-  does not depend on load order.  A derived number is remembered per (file name, serial),
-  as clusters are, so the indom keeps it when its writer restarts and while other files come
-  and go.  Files sharing a cluster share its indoms.  Within one scan, a pair that packs
-  without loss (cluster and serial below 2048) wins its number over a pair that overflows.
+* PCP indom serials (22 bits) are chosen as :mod:`~.indoms` says; files sharing a cluster
+  share its indoms.
 * Refusals for want of a resource (no free cluster, no free indom serial) are retried when
   one frees up: :attr:`Catalogue.freed` counts the releases.
 """
 
 from __future__ import annotations
 
-import zlib
+import bisect
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from . import layout as fmt
 from .entries import Indom, Instance, Metric
+from .indoms import INDOM_MASK as INDOM_MASK
+from .indoms import PROBES as PROBES
+from .indoms import c_indom, choose_indom, packs
+from .indoms import derived_indom as derived_indom
+from .nametree import MAX_CHILDREN as MAX_CHILDREN
+from .nametree import NameTree
 from .reader import MmvFile
 from .rules import merge_labels, name_problem, printable
 
@@ -43,16 +44,6 @@ from .rules import merge_labels, name_problem, printable
 PM_TYPE_64: Final = 2
 PM_SEM_COUNTER: Final = 1
 CONTROL_CLUSTER: Final = 0
-INDOM_MASK: Final = fmt.MAX_SERIAL
-"""PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
-PROBES: Final = 4096
-"""Numbers tried after a derived indom serial before the indom is refused (retried later)."""
-
-MAX_CHILDREN: Final = 12_000
-"""Names directly below one namespace node.  libpcp builds the agent's namespace anew at
-every change, walking all siblings at each insert: a node of k names costs k^2 / 2 steps
-(10,000: about 0.45 s here; 40,000: 7.6 s, past pmcd's timeout)."""
-
 REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
 back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
@@ -60,7 +51,6 @@ of files named by PID would otherwise grow these tables by ~200 bytes per name, 
 
 Log = Callable[[str], None]
 K = TypeVar("K")
-S = TypeVar("S")
 V = TypeVar("V")
 
 
@@ -73,23 +63,6 @@ def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> Non
         departed = [n for n in table if n not in present]
         for old in departed[: len(departed) - REMEMBERED]:
             del table[old]
-
-
-def c_indom(cluster: int, serial: int) -> int:
-    """The C agent's PCP indom serial for a file indom: ``(cluster << 11) | serial`` in 22
-    bits (pmdammv-reference.md 5.3); pairs with a cluster or serial of 2048 or more alias."""
-    return ((cluster << 11) | serial) & INDOM_MASK
-
-
-def packs(cluster: int, serial: int) -> bool:
-    """Whether ``c_indom`` packs the pair without loss (no other such pair has its number)."""
-    return cluster < 2048 and serial < 2048
-
-
-def derived_indom(name: str, serial: int) -> int:
-    """Where the search for a number of its own starts for indom ``serial`` of file
-    ``name``: the same for the same file and serial in every agent process (1..INDOM_MASK)."""
-    return zlib.crc32(f"{name}\0{serial}".encode("utf-8", "surrogateescape")) % INDOM_MASK + 1
 
 
 @dataclass(slots=True)
@@ -179,9 +152,10 @@ class Catalogue:
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
         self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
-        self.leaves: set[str] = set()
-        self.interior: dict[str, int] = {}  # non-leaf name -> number of leaves below it
-        self.children: dict[str, int] = {}  # non-leaf name -> names directly below it
+        self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
+        # search starts there (from 1, N such files cost N^2 / 2 steps)
+        self.tree = NameTree()  # the served names
+        self.leaves = self.tree.leaves
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         self.last_cluster: dict[str, tuple[int, int]] = {}  # name -> (cluster, header's)
         self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
@@ -205,11 +179,12 @@ class Catalogue:
             return want
         if want and want == mf.header.cluster and self.shareable(mf, want):
             return want
-        for c in range(1, fmt.MAX_CLUSTER + 1):
+        first = self._taken_below  # clusters below it are all taken
+        for c in range(first, fmt.MAX_CLUSTER + 1):
             if c not in taken and c not in requested:
                 break
         else:
-            free = [c for c in range(1, fmt.MAX_CLUSTER + 1) if c not in taken]
+            free = [c for c in range(first, fmt.MAX_CLUSTER + 1) if c not in taken]
             if not free:
                 return None
             c = free[0]
@@ -278,45 +253,7 @@ class Catalogue:
         for reserved in self.reserved:
             if name == reserved or name.startswith(reserved + "."):
                 return f"{name} is reserved for the agent"
-        if name in self.leaves:
-            return f"{name} is already served"
-        if name in self.interior:
-            return f"{name} is a non-leaf of names already served"
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            if ".".join(parts[:i]) in self.leaves:
-                return f"{'.'.join(parts[:i])} is already a leaf"
-        for i in range(1, len(parts)):
-            parent, node = ".".join(parts[:i]), ".".join(parts[: i + 1])
-            if node not in self.interior and self.children.get(parent, 0) >= MAX_CHILDREN:
-                return (
-                    f"{parent} has {MAX_CHILDREN} names directly below it, the most "
-                    "served (libpcp's namespace rebuild grows with their square)"
-                )
-        return None
-
-    def _claim(self, name: str) -> None:
-        self.leaves.add(name)
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            node = ".".join(parts[:i])
-            if i + 1 == len(parts) or ".".join(parts[: i + 1]) not in self.interior:
-                self.children[node] = self.children.get(node, 0) + 1  # a new node below
-            self.interior[node] = self.interior.get(node, 0) + 1
-
-    def _release(self, name: str) -> None:
-        self.leaves.discard(name)
-        parts = name.split(".")
-        for i in range(len(parts) - 1, 0, -1):  # deepest first: a node goes with its last
-            node = ".".join(parts[:i])
-            below = ".".join(parts[: i + 1])
-            if i + 1 == len(parts) or below not in self.interior:
-                self.children[node] -= 1
-                if not self.children[node]:
-                    del self.children[node]
-            self.interior[node] -= 1
-            if not self.interior[node]:
-                del self.interior[node]
+        return self.tree.conflict(name)
 
     # -- indoms
 
@@ -333,23 +270,12 @@ class Catalogue:
 
     def indom_serial(self, name: str, cluster: int, serial: int, wanted: set[int]) -> int | None:
         """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
-        the module rules), or None when none is free near its derived number."""
+        :mod:`~.indoms`), or None when none is free near its derived number."""
         shared = self.indom_keys.get((cluster, serial))
         if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
             return shared
-        used = self.indom_sources
         own = self.last_indom.get((name, serial))
-        if own is not None and own not in used:
-            return own
-        number = c_indom(cluster, serial)
-        if number and number not in used and (packs(cluster, serial) or number not in wanted):
-            return number
-        start = derived_indom(name, serial) - 1
-        for k in range(PROBES):
-            number = (start + k) % INDOM_MASK + 1
-            if number not in used and number not in wanted:
-                return number
-        return None
+        return choose_indom(name, cluster, serial, own, self.indom_sources, wanted)
 
     # -- files
 
@@ -378,6 +304,8 @@ class Catalogue:
         entry = FileEntry(mf, cluster)
         uid, count = self.owners.get(cluster, (mf.uid, 0))
         self.owners[cluster] = (uid, count + 1)
+        while self._taken_below in self.owners:
+            self._taken_below += 1
         self._add_indoms(entry, wanted or set())
         self._add_metrics(entry)
         entry.labels, entry.notes = merge_labels(
@@ -403,10 +331,11 @@ class Catalogue:
             self.owners[entry.cluster] = (uid, count - 1)
         else:
             del self.owners[entry.cluster]
+            self._taken_below = min(self._taken_below, entry.cluster)
             self.freed += 1
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):
-                self._release(m.name)
+                self.tree.release(m.name)
         for serial, si in entry.indoms.items():
             self.own_indoms.discard((name, serial))
             if not _unlink(self.indom_sources, si.serial, si):
@@ -457,7 +386,7 @@ class Catalogue:
                     self._refuse(entry, f"metric {name}: its indom was not served")
                     continue
             if not shared:
-                self._claim(name)
+                self.tree.claim(name)
             served = _served_metric(name, entry.cluster, metric, indom)
             served.file = mf.name
             served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))
@@ -480,20 +409,35 @@ def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
     )
 
 
-def _link(table: dict[K, list[S]], key: K, item: S) -> None:
-    """Add ``item`` to ``table[key]``, kept in file-name order."""
-    table.setdefault(key, []).append(item)
-    table[key].sort(key=lambda x: x.file)  # type: ignore[attr-defined]
+class _FromFile(Protocol):
+    file: str
 
 
-def _unlink(table: dict[K, list[S]], key: K, item: S) -> bool:
+F = TypeVar("F", bound=_FromFile)
+
+
+def _by_file(x: _FromFile) -> str:
+    return x.file
+
+
+def _link(table: dict[K, list[F]], key: K, item: F) -> None:
+    """Add ``item`` to ``table[key]``, kept in file-name order (one file per key): a binary
+    search, not a sort, so N files sharing a key cost O(N log N) comparisons in all."""
+    bisect.insort(table.setdefault(key, []), item, key=_by_file)
+
+
+def _unlink(table: dict[K, list[F]], key: K, item: F) -> bool:
     """Remove ``item`` from ``table[key]``; True when other files still serve the key."""
-    rest = [x for x in table.get(key, ()) if x is not item]
+    rest = table.get(key)
+    if rest is None:
+        return False
+    at = bisect.bisect_left(rest, item.file, key=_by_file)
+    if at < len(rest) and rest[at] is item:
+        del rest[at]
     if rest:
-        table[key] = rest
-    else:
-        table.pop(key, None)
-    return bool(rest)
+        return True
+    del table[key]
+    return False
 
 
 def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:

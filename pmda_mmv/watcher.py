@@ -29,7 +29,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from .scanner import ALL
+from .filestate import ALL
 
 Mark = Callable[[str], None]
 

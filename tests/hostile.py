@@ -8,6 +8,7 @@ and other constructions of the same kinds than the issue's.  Every function writ
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -177,13 +178,28 @@ def many_files(directory: Path, count: int, *, per_cluster: int = 200) -> list[P
 def flat_names(directory: Path, files: int, names: int) -> list[Path]:
     """``files`` NOPREFIX files of ``names`` singular metrics each, every name directly
     below the prefix (one flat namespace node)."""
+    return _named(directory, "flat", 300, files, names, lambda f, j: f"flat{f}_{j}", 1)
+
+
+def _named(
+    directory: Path,
+    stem: str,
+    cluster: int,
+    files: int,
+    names: int,
+    name: Callable[[int, int], str],
+    version: int,
+    flags: int = fmt.FLAG_NOPREFIX,
+) -> list[Path]:
+    """``files`` files ``stem000``... of clusters from ``cluster``, each of ``names``
+    singular U64 metrics named ``name(file, k)``."""
     paths = []
     for f in range(files):
-        b = MmvBuilder(cluster=300 + f, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=cluster + f, flags=flags, version=version)
         for j in range(names):
-            b.metrics.append(Metric(f"flat{f}_{j}", j + 1, fmt.TYPE_U64))
-            b.values.append(Value(f"flat{f}_{j}", None, j))
-        path = directory / f"flat{f:03d}"
+            b.metrics.append(Metric(name(f, j), j + 1, fmt.TYPE_U64))
+            b.values.append(Value(name(f, j), None, j))
+        path = directory / f"{stem}{f:03d}"
         b.write(path)
         paths.append(path)
     return paths
@@ -210,6 +226,49 @@ def big_files(directory: Path, count: int, metrics: int, instances: int) -> list
     return paths
 
 
+def shared_cluster(directory: Path, count: int) -> list[Path]:
+    """``count`` tiny NOPREFIX files that agree (same owner, cluster, metric and indom
+    serial), each adding its one instance to the one shared metric: the processes of one
+    application (PCP QA 648), in their thousands."""
+    paths = []
+    for k in range(count):
+        b = MmvBuilder(cluster=210, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(Indom(1, [Instance(k, f"w{k}")]))
+        b.metrics.append(Metric("shared.v", 1, fmt.TYPE_U64, indom=1))
+        b.values.append(Value("shared.v", k, k))
+        path = directory / f"worker{k:05d}"
+        b.write(path)
+        paths.append(path)
+    return paths
+
+
+def deep_names(directory: Path, files: int, metrics: int, depth: int) -> list[Path]:
+    """``files`` files of ``metrics`` metrics each, every name ``depth`` components long
+    (one-letter components: a v2 name holds 255 bytes)."""
+    stem = ".".join(["d"] * (depth - 1))
+    return _named(directory, "deep", 220, files, metrics, lambda f, j: f"{stem}.m{j}", 2, 0)
+
+
+def hard_links(directory: Path, links: int, metrics: int, instances: int) -> list[Path]:
+    """One valid file of ``metrics`` x ``instances`` values written by libpcp_mmv (100 x
+    12,000 is about 40 MB) and ``links`` more hard links to it."""
+    (first,) = big_files(directory, 1, metrics, instances)
+    paths = [first]
+    for k in range(links):
+        paths.append(directory / f"link{k:04d}")
+        os.link(first, paths[-1])
+    return paths
+
+
+def bad_magic(directory: Path, count: int) -> list[Path]:
+    """``count`` small files whose first bytes are not an MMV magic."""
+    data = b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE)
+    paths = [directory / f"junk{k:05d}" for k in range(count)]
+    for p in paths:
+        p.write_bytes(data)
+    return paths
+
+
 CLUSTER_AT: Final = 36
 """Offset of the header's cluster field (fmt.HEADER: magic, version, g1, g2, tocs, flags,
 process, cluster)."""
@@ -232,6 +291,10 @@ ATTACKS: dict[str, Population] = {
     "6,000 small valid files at once": lambda d: many_files(d, 6_000),
     "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
     "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
+    "6,000 tiny NOPREFIX files sharing one cluster and metric": lambda d: shared_cluster(d, 6_000),
+    "150 files of 200 names 100 components deep": lambda d: deep_names(d, 150, 200, 100),
+    "a valid 37 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 100, 12_000),
+    "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
 tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import catalogue
+from pmda_mmv import catalogue, nametree
 from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue
+from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
 from pmda_mmv.reader import MmvFile
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
@@ -344,3 +344,95 @@ def test_a_different_metric_at_a_shared_item_gets_its_own_cluster(
     entry = cat.add(load(tmp_path, "odd", other))
     assert entry is not None and entry.cluster != 420
     assert any("cluster 420 already served" in line for line in logged)
+
+
+def test_files_sharing_a_metric_are_kept_in_name_order_by_binary_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a breaker run: 6,000 tiny files sharing one cluster got the agent dropped:
+    each add re-sorted the PMID's and the indom's list of files (N^2 / 2 key reads in all),
+    each removal rebuilt them.  Now O(log N) reads an add or removal, order unchanged: the
+    first file in name order describes the metric."""
+    b = MmvBuilder(cluster=210, flags=fmt.FLAG_NOPREFIX)
+    b.indoms.append(Indom(1, [Instance(0, "w")]))
+    b.metrics.append(Metric("shared.v", 1, fmt.TYPE_U64, indom=1))
+    b.values.append(Value("shared.v", 0, 1))
+    b.write(tmp_path / "image")
+    reads = [0]
+    by_file = catalogue._by_file
+
+    def counted(x: catalogue._FromFile) -> str:
+        reads[0] += 1
+        return by_file(x)
+
+    monkeypatch.setattr(catalogue, "_by_file", counted)
+    count = 400
+    names = [f"w{(k * 7919) % count:04d}" for k in range(count)]  # not in name order
+    cat = Catalogue()
+    for name in names:
+        assert cat.add(MmvFile.open(str(tmp_path / "image"), name=name)) is not None
+    gone = names[::2]
+    for name in gone:
+        entry = cat.remove(name)
+        assert entry is not None
+        entry.mf.close()
+    left = sorted(set(names) - set(gone))
+    assert [s.file for s in cat.sources[(210, 1)]] == left
+    assert [s.file for s in cat.indom_sources[c_indom(210, 1)]] == left
+    assert reads[0] <= 4 * (count + len(gone)) * count.bit_length()  # N^2 / 2 = 80,000 a list
+    for name in left:
+        entry = cat.remove(name)
+        assert entry is not None
+        entry.mf.close()
+    assert not (cat.sources or cat.indom_sources or cat.tree)
+
+
+def test_deep_names_cost_one_node_per_new_component(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a breaker run: names of 100 components (1,000 a file, 30 files) got the agent
+    dropped: the name rules built every prefix of every name as a string (O(depth^2) a
+    name).  Now one walk of a tree of name components: a name makes a node only for each
+    component not served yet, and the rules hold at any depth."""
+    made = [0]
+
+    class Counted(nametree._Node):
+        __slots__ = ()
+
+        def __init__(self) -> None:
+            made[0] += 1
+            super().__init__()
+
+    monkeypatch.setattr(nametree, "_Node", Counted)
+    cat = Catalogue()
+    stem = "mmv.f." + ".".join(["d"] * 98)
+    for j in range(1000):
+        assert cat.name_conflict(f"{stem}.m{j}") is None
+        cat.tree.claim(f"{stem}.m{j}")
+    assert made[0] == 1 + 100 + 1000  # the root, mmv.f.d...d, one leaf a name
+    assert cat.name_conflict(stem) == f"{stem} is a non-leaf of names already served"
+    assert cat.name_conflict(f"{stem}.m5") == f"{stem}.m5 is already served"
+    assert cat.name_conflict(f"{stem}.m5.x.y") == f"{stem}.m5 is already a leaf"
+    assert cat.name_conflict("mmv.control.x") == "mmv.control.x is reserved for the agent"
+    for j in range(1000):
+        cat.tree.release(f"{stem}.m{j}")
+    assert not cat.tree and not cat.leaves
+
+
+def test_cluster_0_files_get_the_lowest_free_cluster_as_files_come_and_go(tmp_path: Path) -> None:
+    """The search for a free cluster starts at the lowest that may be free (it started at
+    1 for every file: N cluster-0 files cost N^2 / 2 steps); a cluster freed below it is
+    found again, and clusters other files ask for are still skipped."""
+    simple(cluster=0).write(tmp_path / "image")
+    cat = Catalogue()
+
+    def add(name: str, requested: set[int] | None = None) -> int:
+        entry = cat.add(MmvFile.open(str(tmp_path / "image"), name=name), requested)
+        assert entry is not None
+        return entry.cluster
+
+    assert [add(f"f{k}") for k in range(5)] == [1, 2, 3, 4, 5]
+    removed = cat.remove("f1")
+    assert removed is not None
+    removed.mf.close()
+    assert add("g", {2}) == 6  # 2 is free but asked for by another file of the scan
+    assert add("h") == 2
+    assert add("i") == 7

@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from fuzz.target import check_bytes, check_file
 from pmda_mmv import layout as fmt
-from pmda_mmv.scanner import NOT_READY_GRACE
+from pmda_mmv.filestate import NOT_READY_GRACE
 from tests import mmvbuild
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 from tests.mmvbuild import single as one

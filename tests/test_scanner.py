@@ -14,20 +14,10 @@ import pytest
 
 from pmda_mmv import catalogue
 from pmda_mmv import layout as fmt
+from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
-from pmda_mmv.scanner import (
-    EXITED,
-    NOT_READY,
-    NOT_READY_GRACE,
-    OK,
-    PARTIAL,
-    PENDING,
-    REFUSED,
-    RETRY_BUDGET,
-    RETRY_FIRST,
-    RETRY_MAX,
-    Scanner,
-)
+from pmda_mmv.filestate import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, PENDING, REFUSED
+from pmda_mmv.scanner import Scanner
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, dead_pid, publish, sample
 from tests.mmvbuild import single as one
 
@@ -415,7 +405,7 @@ def test_sample_file_values_and_many_files(d: Dir) -> None:
 def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> None:
     # A file loaded and found stale in the same refresh (its writer moved on) must not reach
     # the agent as both added and removed (tests/test_hardening.py busy writer).
-    from pmda_mmv.scanner import Changes
+    from pmda_mmv.filestate import Changes
 
     one().write(d.path / "a")
     first = d.scanner.refresh()
@@ -614,11 +604,11 @@ def test_forced_refresh_is_not_bounded(tmp_path: Path) -> None:
 def test_names_below_one_node_are_capped() -> None:
     cat = Catalogue()
     for k in range(MAX_CHILDREN):
-        cat._claim(f"mmv.f{k}.v")
+        cat.tree.claim(f"mmv.f{k}.v")
     why = cat.name_conflict("mmv.new.v")
     assert why is not None and "mmv has" in why
     assert cat.name_conflict("mmv.f0.w") is None  # below an existing node: not new at mmv
-    cat._release("mmv.f0.v")
+    cat.tree.release("mmv.f0.v")
     assert cat.name_conflict("mmv.new.v") is None
 
 
@@ -661,3 +651,57 @@ def test_a_listing_that_fails_for_want_of_descriptors_keeps_what_is_served(d: Di
     one(cluster=6).write(d.path / "new")
     d.refresh()  # tried again once descriptors are free
     assert d.served() == {"good", "new"}
+
+
+def test_a_hard_link_to_a_served_file_is_refused_naming_it_until_that_name_goes(d: Dir) -> None:
+    """Deliberate difference from the C agent, which maps and serves every name: a hard
+    link to a file served under another name is refused, naming it, and served once that
+    name goes.  Found by a breaker run: one 31 MB file under 7 hard links got the agent
+    dropped (every name loaded, validated and copied at each fetch), and 1,000 links cost
+    nothing to make.  A symlink beside a file is still served (test_symlink_policy)."""
+    one(cluster=3).write(d.path / "a")
+    os.link(d.path / "a", d.path / "b")
+    os.link(d.path / "a", d.path / "c")
+    d.refresh()
+    assert d.served() == {"a"}
+    for name in "bc":
+        assert d.state(name) == REFUSED
+        assert "same file as a (hard link), file not served" in d.scanner.states[name].last_problem
+    os.utime(d.path / "a", (5, 5))  # touched: a is reloaded, b and c stay refused
+    d.refresh()
+    assert d.served() == {"a"} and d.state("b") == REFUSED
+    (d.path / "a").unlink()
+    d.refresh()
+    assert d.served() == {"b"}
+    assert "same file as b (hard link)" in d.scanner.states["c"].last_problem
+
+
+def test_a_hard_link_loaded_in_the_same_scan_is_refused_and_served_if_the_first_is_not(
+    d: Dir,
+) -> None:
+    """Two links found by one listing: the first name is served; when the first cannot be
+    served (its name is not a name component) the other is."""
+    one(cluster=3).write(d.path / "a")
+    os.link(d.path / "a", d.path / "b")
+    d.refresh()
+    assert d.served() == {"a"} and "same file as a" in d.scanner.states["b"].last_problem
+    one(cluster=4).write(d.path / "bad-name")
+    os.link(d.path / "bad-name", d.path / "good")
+    d.refresh()
+    d.refresh()
+    assert d.served() == {"a", "good"} and d.state("bad-name") == REFUSED
+
+
+def test_refused_entries_count_toward_the_request_budget(tmp_path: Path) -> None:
+    """Found by a breaker run: 20,000 files of a bad magic were all opened by the first
+    request (1.66 s; C 0.37 s), as the budget counted only files that opened.  Every entry
+    looked at counts now: with the clock past the deadline at each look, one a request."""
+    for k in range(5):
+        (tmp_path / f"junk{k}").write_bytes(b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE))
+    ticks = itertools.count()
+    scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 1.0)
+    for looked in range(1, 6):
+        scanner.refresh()
+        states = [s.state for s in scanner.states.values()]
+        assert states.count(REFUSED) == looked and states.count(PENDING) == 5 - looked
+    assert all("magic" in s.last_problem for s in scanner.states.values())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.scanner import ALL
+from pmda_mmv.filestate import ALL
 from pmda_mmv.watcher import Watcher
 
 

@@ -1,0 +1,366 @@
+"""Loading and serving the entries of one MMV directory, one by one, without PCP.
+
+:class:`Loader` holds every directory entry's :class:`~.filestate.FileState` and the
+:class:`~.catalogue.Catalogue` of served files.  :meth:`Loader._consider` looks at a list of
+names: each whose stat changed is resolved (:mod:`~.dirpolicy`), checked against the
+resources (``max_total``, hard links), opened and validated (:class:`~.reader.MmvFile`), its
+PROCESS writer found (:mod:`~.liveness`); then the opened files are served in name order
+(first come, first served).  When it runs, and how much at a time, is :mod:`~.scanner`'s
+part.
+
+Hard links: a regular entry whose inode is served (or opened by the same scan) under
+another name is refused, naming it, and looked at again when that name goes.  The C agent
+maps every name, so N links to one big file cost it N loads and N copies per fetch; a
+symlink to a file beside it is still served under its own name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from . import layout as fmt
+from .backoff import Backoff
+from .catalogue import Catalogue, FileEntry, Log, remember
+from .dirpolicy import Skip, resolve
+from .errors import MmvError, NotReady
+from .filestate import EXITED, NOT_READY, OK, PARTIAL, REFUSED, UNSEEN, Changes, FileState
+from .liveness import Exited, Writer, Writers, exit_reason
+from .reader import MmvFile
+from .rules import printable
+
+Inode = tuple[int, int]
+
+
+class Loader:
+    """The entries of ``directory`` and the files served from it; see the module
+    docstring (the scanner's options, with the same names)."""
+
+    def __init__(
+        self,
+        directory: str,
+        catalogue: Catalogue,
+        *,
+        max_size: int,
+        owners: Iterable[int] | None,
+        not_ready_grace: float,
+        log: Log | None,
+        clock: Callable[[], float],
+        pidfd: bool,
+        max_total: int,
+    ) -> None:
+        self.directory = directory
+        self._prefix = os.path.join(directory, "")
+        self.catalogue = catalogue
+        self.max_size = max_size
+        self.owners = set(owners) if owners is not None else None
+        self.not_ready_grace = not_ready_grace
+        sink: Log = log or (lambda line: None)
+        self.log: Log = lambda line: sink(printable(line))
+        self.clock = clock
+        self.states: dict[str, FileState] = {}
+        self.max_total = max_total
+        self._total = 0  # bytes of the served files
+        self._loading = 0  # bytes of the files one _consider opened, not served yet
+        self._released = 0  # files unserved so far (a refusal for max_total may now pass)
+        self._queue: dict[str, None] = {}  # names to (re)load, in order (budget)
+        self._asked: dict[int, int] = {}  # header cluster -> served files asking for it
+        self._inodes: dict[Inode, str] = {}  # served inode -> its name (not via symlinks)
+        self._links: dict[Inode, set[str]] = {}  # inode -> names refused as its hard links
+        self._instances: dict[str, int] = {}  # name -> status instance id (catalogue.remember)
+        self._next_instance = 0
+        self._not_ready: set[str] = set()  # names whose state is NOT_READY
+        self._backoff = Backoff(self.states, self.log)
+        self._starved: set[str] = set()  # refused or partial for want of a resource
+        self._writers = Writers(pidfd)
+
+    def _forget(self, name: str) -> Changes:
+        state = self.states.pop(name)
+        self._queue.pop(name, None)
+        self._backoff.unpeek(state)
+        self._not_ready.discard(name)
+        self._starved.discard(name)
+        changes = Changes(states=True)
+        if state.entry is not None:
+            changes.removed.append(self._unserve(state))
+        return changes
+
+    def _unserve(self, state: FileState) -> FileEntry:
+        entry = self.catalogue.remove(state.name)
+        assert entry is not None and entry is state.entry
+        state.entry = None
+        _count(self._asked, entry.mf.header.cluster, -1)
+        self._total -= entry.mf.size
+        self._released += 1
+        entry.mf.close()
+        if state.writer is not None:
+            self._writers.unwatch(state.writer)
+            state.writer = None
+        if state.inode is not None:
+            self._inodes.pop(state.inode, None)
+            self._requeue_links(state.inode)
+            state.inode = None
+        return entry
+
+    def _requeue_links(self, inode: Inode | None) -> None:
+        """The names refused as hard links of ``inode``, looked at again: the name they
+        lost to is no longer served (one of them may be)."""
+        if inode is None:
+            return
+        for link in sorted(self._links.pop(inode, ())):
+            if link in self.states:
+                self.states[link].key = UNSEEN
+                self._queue[link] = None
+
+    def _consider(
+        self, names: list[str], deadline: float | None = None
+    ) -> tuple[Changes, list[str]]:
+        """(Re)load the named entries whose stat changed and serve them in name order (names
+        are first come, first served); auto-assigned clusters avoid every requested one.
+        Past ``deadline`` (once one entry was looked at) the names not reached are returned."""
+        changes = Changes()
+        opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
+        rest: list[str] = []
+        loading: dict[Inode, str] = {}
+        for i, name in enumerate(names):
+            if deadline is not None and i and self.clock() >= deadline:
+                rest = names[i:]
+                break
+            path = self._prefix + name
+            lst: os.stat_result | OSError
+            try:
+                lst = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):  # gone: forgotten
+                if name in self.states:
+                    changes.extend(self._forget(name))
+                continue
+            except OSError as e:
+                lst = e  # reported by _load, as a refusal
+            state = self.states.get(name)
+            if state is None:
+                state = self.states[name] = FileState(name, self._instance(name))
+                changes.states = True
+            loaded = self._load(state, path, lst, loading, changes)
+            if loaded is not None:
+                opened.append((state, *loaded))
+                self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
+        self._loading = 0
+        requested = {c for c, n in self._asked.items() if n}
+        requested |= {mf.header.cluster for _, mf, _, _ in opened}
+        requested.discard(0)
+        wanted = self.catalogue.wanted_indoms(mf for _, mf, _, _ in opened)
+        for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
+            wants = (requested - {mf.header.cluster}, wanted)
+            self._serve(state, mf, (writer, inode), wants, changes)
+        return changes, rest
+
+    def _instance(self, name: str) -> int:
+        """The status instance id of ``name``: kept while remembered, never reused."""
+        inst = self._instances.get(name)
+        if inst is None:
+            inst, self._next_instance = self._next_instance, self._next_instance + 1
+            remember(self._instances, name, inst, self.states)
+        return inst
+
+    # -- one file
+
+    def _load(
+        self,
+        state: FileState,
+        path: str,
+        lst: os.stat_result | OSError,
+        loading: dict[Inode, str],
+        changes: Changes,
+    ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
+        """Open the entry if its stat changed (or its key was reset for a retry), with its
+        live writer when it is a PROCESS file; None when unchanged, not ready, refused or
+        its writer has exited (state and log updated).  ``loading``: the inodes this scan
+        opened so far, by name (a hard link to one of them is refused)."""
+        try:
+            if isinstance(lst, OSError):
+                raise Skip(f"cannot stat: {lst.strerror}", None)
+            target, st = resolve(self.directory, path, lst, self.owners)
+        except Skip as skip:
+            if skip.key is not None and skip.key == state.key:
+                return None
+            state.key = skip.key
+            self._set(state, REFUSED, f"{path}: {skip}", changes)
+            return None
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key == state.key:
+            return None
+        state.key = key
+        inode = None if target is not path else (st.st_dev, st.st_ino)
+        if inode is not None and self._linked(state, path, inode, loading, changes):
+            return None
+        if self._over_total(state, path, st, changes):
+            return None
+        try:
+            mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
+        except NotReady as e:
+            self._set(state, NOT_READY, str(e), changes)
+            state.error = e
+            self._backoff.keep_head(state, target, st)
+            return None
+        except MmvError as e:
+            self._set(state, REFUSED, str(e), changes)
+            state.error = e
+            return None
+        try:
+            writer = self._writers.open(mf)
+        except Exited:
+            mf.close()
+            self._set(state, EXITED, exit_reason(path, mf), changes)
+            return None
+        if inode is not None:
+            loading[inode] = state.name
+        return mf, writer, inode
+
+    def _linked(
+        self,
+        state: FileState,
+        path: str,
+        inode: Inode,
+        loading: dict[Inode, str],
+        changes: Changes,
+    ) -> bool:
+        """Refuse ``state`` when its inode is served, or loaded by this scan, under
+        another name (a hard link); it is looked at again when that name goes."""
+        holder = self._inodes.get(inode) or loading.get(inode)
+        if holder is None or holder == state.name:
+            return False
+        why = f"{path}: file: same file as {holder} (hard link), file not served"
+        self._set(state, REFUSED, why, changes)
+        self._links.setdefault(inode, set()).add(state.name)
+        return True
+
+    def _over_total(
+        self, state: FileState, path: str, st: os.stat_result, changes: Changes
+    ) -> bool:
+        """Refuse ``state`` when serving it would take the served files past max_total
+        (retried when a file leaves)."""
+        others = self._total + self._loading - (state.entry.mf.size if state.entry else 0)
+        if st.st_size > self.max_size or others + st.st_size <= self.max_total:
+            return False
+        why = (
+            f"{path}: file size {st.st_size}: the served files would hold more than "
+            f"{self.max_total} bytes (--max-total), file not served"
+        )
+        self._set(state, REFUSED, why, changes)
+        self._starved.add(state.name)  # retried when a file leaves
+        return True
+
+    def _serve(
+        self,
+        state: FileState,
+        mf: MmvFile,
+        found: tuple[Writer | None, Inode | None],
+        wants: tuple[set[int], set[int]],
+        changes: Changes,
+    ) -> None:
+        """Serve a loaded file; ``found``: its live writer and its inode (None through a
+        symlink); ``wants``: the clusters and indom numbers other files of this scan ask
+        for (Catalogue.add)."""
+        writer, inode = found
+        if state.entry is not None:
+            changes.removed.append(self._unserve(state))
+        entry = self.catalogue.add(mf, *wants)
+        if entry is None:
+            _close(mf, writer)
+            self._requeue_links(inode)
+            self._set(state, REFUSED, self.catalogue.refusal, changes, logged=True)
+            if self.catalogue.starved:
+                self._starved.add(state.name)
+            return
+        if not entry.metrics and any(t.type == fmt.TOC_METRICS and t.count for t in mf.toc):
+            self._refuse_unserved(state, entry, writer, changes)
+            self._requeue_links(inode)
+            return
+        state.entry = entry
+        state.error = None
+        _count(self._asked, mf.header.cluster, 1)
+        self._total += mf.size
+        if inode is not None:  # not through a symlink
+            state.inode = inode
+            self._inodes[inode] = state.name
+        if writer is not None:
+            state.writer = writer
+            self._writers.watch(state.name, writer)
+        if entry.starved:
+            self._starved.add(state.name)
+        else:
+            self._starved.discard(state.name)
+        for problem in mf.problems:
+            self.log(str(problem))  # the catalogue logged its own (entry.problems)
+        problems = _problems(mf, entry)
+        state.problems = [printable(p) for p in problems]
+        state.state = PARTIAL if problems else OK
+        self._not_ready.discard(state.name)
+        self._backoff.unpeek(state)
+        changes.added.append(entry)
+        changes.states = True
+
+    def _refuse_unserved(
+        self, state: FileState, entry: FileEntry, writer: Writer | None, changes: Changes
+    ) -> None:
+        """None of the file's metrics is served: refused, its last problem the reason."""
+        mf = entry.mf
+        self.catalogue.remove(state.name)
+        _close(mf, writer)
+        for problem in mf.problems:
+            self.log(str(problem))  # the catalogue logged its own (entry.problems)
+        problems = [printable(p) for p in _problems(mf, entry)]
+        problems = problems or [f"{mf.path}: metrics: no metric entry served"]
+        self._set(state, REFUSED, problems[-1], changes, logged=True)
+        state.problems = problems
+        if entry.starved:
+            self._starved.add(state.name)
+
+    def _set(
+        self, state: FileState, new: str, problem: str, changes: Changes, logged: bool = False
+    ) -> None:
+        problem = printable(problem)
+        state.error = None
+        if state.entry is not None:
+            changes.removed.append(self._unserve(state))
+        changed = state.state != new or state.last_problem != problem
+        self._starved.discard(state.name)
+        if new == NOT_READY:  # logged only if it stays so: writers pass through it
+            now = self.clock()
+            state.problems = [problem]
+            if state.state != NOT_READY:  # retried at the next request, then backoff
+                state.log_after = now + self.not_ready_grace
+                state.delay = 0.0
+                self._backoff.schedule(state, 0.0, now)
+            else:
+                self._backoff.wait_more(state, now)
+            self._not_ready.add(state.name)
+        else:
+            if changed and not logged:
+                self.log(problem)
+            self._not_ready.discard(state.name)
+            self._backoff.unpeek(state)
+        if changed:
+            changes.states = True
+        state.state = new
+        state.problems = [problem]
+
+
+def _close(mf: MmvFile, writer: Writer | None) -> None:
+    mf.close()
+    if writer is not None:
+        writer.close()
+
+
+def _problems(mf: MmvFile, entry: FileEntry) -> list[str]:
+    """What was skipped of a served file, one line each: the reader's, then the
+    catalogue's."""
+    return [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
+
+
+def _count(table: dict[int, int], key: int, step: int) -> None:
+    n = table.get(key, 0) + step
+    if n:
+        table[key] = n
+    else:
+        table.pop(key, None)
