@@ -156,6 +156,7 @@ class Catalogue:
         # search starts there (from 1, N such files cost N^2 / 2 steps)
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
+        self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         self.last_cluster: dict[str, tuple[int, int]] = {}  # name -> (cluster, header's)
         self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
@@ -225,11 +226,9 @@ class Catalogue:
         served = self.sources.get((cluster, item)) if cluster is not None else None
         if served:
             return served[0].file
-        for entry in self.files.values():
-            for m in entry.metrics:
-                if m.name == name or name.startswith(m.name + ".") or m.name.startswith(name + "."):
-                    return entry.name
-        return None
+        blocking = self.tree.blocking(name)
+        files = {sm.file for leaf in blocking for sm in self.sources[self.leaf_pmid[leaf]]}
+        return next((f for f in self.files if f in files), None)  # the first added
 
     def _stem(self, mf: MmvFile) -> str:
         return self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
@@ -336,6 +335,7 @@ class Catalogue:
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):
                 self.tree.release(m.name)
+                self.leaf_pmid.pop(m.name, None)
         for serial, si in entry.indoms.items():
             self.own_indoms.discard((name, serial))
             if not _unlink(self.indom_sources, si.serial, si):
@@ -387,6 +387,7 @@ class Catalogue:
                     continue
             if not shared:
                 self.tree.claim(name)
+                self.leaf_pmid[name] = (entry.cluster, metric.item)
             served = _served_metric(name, entry.cluster, metric, indom)
             served.file = mf.name
             served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))

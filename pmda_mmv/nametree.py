@@ -84,3 +84,28 @@ class NameTree:
                 return
             node = below
         node.leaf = False
+
+    def blocking(self, name: str) -> list[str]:
+        """The served names that keep ``name`` from being a leaf: itself, the leaf above
+        it, or every name below it (empty when none); one walk down, then the names below."""
+        if name in self.leaves:
+            return [name]
+        parts = name.split(".")
+        node = self._root
+        for depth, part in enumerate(parts):
+            below = node.below.get(part)
+            if below is None:
+                return []
+            if below.leaf:
+                return [".".join(parts[: depth + 1])]
+            node = below
+        found: list[str] = []
+        stack = [(name, node)]
+        while stack:
+            prefix, at = stack.pop()
+            for part, below in at.below.items():
+                full = f"{prefix}.{part}"
+                if below.leaf:
+                    found.append(full)
+                stack.append((full, below))
+        return found
