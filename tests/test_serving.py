@@ -347,3 +347,46 @@ def test_pcp_numbers_are_python3_pcp_s() -> None:
     pcp_types = {c_api.PM_TYPE_32, c_api.PM_TYPE_U32, c_api.PM_TYPE_U64, c_api.PM_TYPE_STRING}
     assert types == pcp_types
     assert fmt.SEM_INSTANT == c_api.PM_SEM_INSTANT
+
+
+def test_string_values_are_read_once_per_snapshot(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A STRING metric over many instances: its values are right, and one fetch reads the
+    string entries in a few reads (the snapshot and one run), not one per value."""
+    n = 2000
+    b = MmvBuilder(cluster=3)
+    b.indoms.append(mb.Indom(1, [mb.Instance(i, f"i{i}") for i in range(n)]))
+    b.metrics.append(mb.Metric("s", 1, fmt.TYPE_STRING, indom=1))
+    b.values += [mb.Value("s", i, "same" if i % 2 else f"v{i % 7}") for i in range(n)]
+    b.write(served.path / "str")
+    served.step()
+    reads: list[int] = []
+    pread = os.pread
+
+    def counting(fd: int, length: int, offset: int) -> bytes:
+        reads.append(length)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    got = served.fetch("mmv.str.s", *range(n))
+    assert got == [["same" if i % 2 else f"v{i % 7}", 1] for i in range(n)]
+    assert len(reads) <= 3  # header, values span, strings
+    assert sum(reads) <= (served.path / "str").stat().st_size + fmt.HEADER_SIZE
+
+
+def test_string_offsets_moved_out_of_bounds_are_unsupported(served: Served) -> None:
+    """A writer moves a value's string offset (live, in the values span) past the end of
+    the file, or before the header's end: that value is PM_ERR_VALUE, the others read."""
+    b = MmvBuilder(cluster=3)
+    b.metrics += [mb.Metric(n, i, fmt.TYPE_STRING) for i, n in enumerate("abc", 1)]
+    b.values += [mb.Value(n, None, f"text {n}") for n in "abc"]
+    image = b.build()
+    image.write(served.path / "f")
+    served.step()
+    image.patch("values", 1, "extra", len(image.data) - 10)
+    image.patch("values", 2, "extra", 8)
+    image.write(served.path / "f")  # in place: same size and generation
+    assert served.fetch("mmv.f.a") == [["text a", 1]]
+    assert served.fetch("mmv.f.b") == [[serving.PM_ERR_VALUE, 0]]
+    assert served.fetch("mmv.f.c") == [[serving.PM_ERR_VALUE, 0]]
