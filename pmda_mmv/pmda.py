@@ -69,6 +69,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
         self.pcp_tables = pcpcompat.Tables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
+        self.status_instids = pcpcompat.Instids()  # by file name
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
@@ -155,9 +156,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self._add(f"{self.opts.prefix}.{metric.name}", desc, metric.oneline, metric.helptext)
 
     def _update_status_indom(self) -> None:
-        states = self.scanner.states.values()
-        insts = [pcpcompat.instid(i, name) for i, name in Serving.status_instances(states)]
-        indom = pmdaIndom(self.indom(control.STATUS_SERIAL), insts)
+        """The status indom from one pmdaInstid per file, made when the file first shows
+        (or its instance changes), not at every change of any file."""
+        states, made = self.scanner.states, self.status_instids
+        insts = made.many(((s.name, s.instance) for s in states.values()), printable)
+        if len(made.cache) > 2 * len(states) + 64:
+            made.keep(states)
+        indom = made.indom(self.indom(control.STATUS_SERIAL), insts)
         self.pcp_tables.put_indom(indom, *control.STATUS_INDOM_HELP)
 
     # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.Tables)
