@@ -130,3 +130,38 @@ def test_the_status_indom_makes_one_instid_per_new_file(tmp_path: Path) -> None:
     counts, same = done.stdout.splitlines()
     assert counts == "200 1 200 (500, 'new\\\\x1b')"
     assert same == "True"
+
+
+def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> None:
+    """Regression: each file arriving in an indom that files share rebuilt a pmdaInstid
+    for every instance of every file; one file more makes its new instances' only, and
+    the indom python3-pcp serves holds every instance, first name of an id first."""
+    from pmda_mmv import layout as fmt
+    from tests import mmvbuild as mb
+
+    def pets(path: Path, *insts: int) -> None:
+        b = mb.MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(mb.Indom(2, [mb.Instance(i, f"{path.name}.{i}") for i in insts]))
+        b.metrics.append(mb.Metric("pets.n", 1, indom=2))
+        b.values += [mb.Value("pets.n", i, i) for i in insts]
+        b.write(path)
+
+    for f in range(30):
+        pets(tmp_path / f"f{f:02d}", 2 * f, 2 * f + 1)
+    pets(tmp_path / ".new", 0, 99)  # a dot-file: not looked at until renamed
+    script = (
+        "import pathlib\n"
+        f"pets_dir = pathlib.Path({str(tmp_path)!r})\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "[(serial, made)] = agent.indom_instids.items()\n"
+        "first = made.made\n"
+        "(pets_dir / '.new').rename(pets_dir / 'new')\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "indom = agent.pcp_tables.pmda._indoms[agent.indom(serial)]\n"
+        "names = {indom.it_set[i].i_inst: indom.it_set[i].i_name.decode()\n"
+        "         for i in range(indom.it_numinst)}\n"
+        "print(first, made.made - first, len(names), names[0], names[59], names[99])\n"
+    )
+    done = run_agent_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["60", "1", "61", "f00.0", "f29.59", ".new.99"]
