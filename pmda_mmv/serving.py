@@ -230,9 +230,20 @@ class Serving:
             return None
         k = key(cluster, item)
         self.served_names[k] = sources[0].name
-        parts = [self._part(s, k) for s in sources]
-        self.tables[k] = parts[0] if len(parts) == 1 else _first_of(parts)
+        if len(sources) == 1:
+            self.tables[k] = self._part(sources[0], k)
+        else:
+            self.tables[k] = self._shared(list(sources), k)
         return sources[0]
+
+    def _shared(self, sources: list[ServedMetric], k: int) -> Table:
+        """The table of PMID ``k`` shared by the files of ``sources``: their builders are
+        looked up at the fetch (one copy of the list here, whatever its length)."""
+
+        def build() -> Built | None:
+            return _first_of([self._part(s, k) for s in sources])()
+
+        return build
 
     def _part(self, sm: ServedMetric, k: int) -> Table:
         """The table builder of one file's metric of PMID ``k``, made once per metric."""
