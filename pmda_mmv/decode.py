@@ -4,8 +4,8 @@ entry cannot give (:data:`NO_VALUE`, :data:`UNSUPPORTED`, :data:`MISSING`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Final
 
 from . import layout as fmt
@@ -16,6 +16,9 @@ INT64_MAX: Final = (1 << 63) - 1
 
 ReadString = Callable[[int], "str | None"]
 """The live string entry at an offset (:meth:`~.reader.MmvFile.read_string`)."""
+ReadStrings = Callable[["Snapshot", "Iterable[int]"], None]
+"""Read the live string entries at some offsets into the snapshot's
+:attr:`Snapshot.strings`, in a few reads (:meth:`~.reader.MmvFile.read_strings`)."""
 Decoder = Callable[["Snapshot", int], object]
 
 
@@ -25,11 +28,14 @@ class Snapshot:
 
     ``data`` holds the bytes from the file's first to its last value entry; value offsets
     in :attr:`Metric.slots` index into it.  ``sentinel`` is the live SENTINEL flag and
-    ``now_us`` the time of the copy in microseconds (for ELAPSED)."""
+    ``now_us`` the time of the copy in microseconds (for ELAPSED); ``strings`` the string
+    entries read for this snapshot, by offset (None: out of bounds or not terminated), so
+    that each is read once per snapshot however many values refer to it."""
 
     data: bytes
     sentinel: bool
     now_us: float
+    strings: dict[int, str | None] = field(default_factory=dict)
 
 
 class _Absent:
@@ -122,11 +128,19 @@ def sliced(snap: Snapshot, metric: Metric) -> bool:
     )
 
 
-def column(snap: Snapshot, metric: Metric, read_string: ReadString) -> list[object]:
+def column(
+    snap: Snapshot, metric: Metric, read_string: ReadString, read_strings: ReadStrings | None = None
+) -> list[object]:
     """The values of ``metric`` in ``snap``, by instance position (one for a singular
     metric): int, float or str, :data:`NO_VALUE`, :data:`UNSUPPORTED`, or
     :data:`MISSING` where the file has no value entry.  Numeric metrics whose value
-    entries are evenly spaced are read with one slice of the snapshot."""
+    entries are evenly spaced are read with one slice of the snapshot; with
+    ``read_strings``, the string entries a STRING metric refers to are read in bulk first
+    (into :attr:`Snapshot.strings`), not one read per value."""
+    if metric.type == fmt.TYPE_STRING and read_strings is not None:
+        extra, at = fmt.VALUE_EXTRA.unpack_from, fmt.EXTRA_OFFSET
+        read_strings(snap, {extra(snap.data, s + at)[0] for s in metric.slots if s >= 0})
+        read_string = snap.strings.__getitem__
     if not sliced(snap, metric):
         decode = decoder(metric.type, read_string)
         return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]

@@ -34,13 +34,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final
 
 import cpmapi as c_api
 import cpmda
 from pcp import pmapi
-from pcp.pmda import pmdaInstid
+from pcp.pmda import pmdaIndom, pmdaInstid
 
 from .pmidhash import PmHashCtl, PmidHashCount, locate
 
@@ -245,6 +245,55 @@ def instid(internal: int, external: str) -> Any:
     inst = pmdaInstid(internal, "")
     inst.i_name = external.encode("utf-8", "surrogateescape")
     return inst
+
+
+class Instids:
+    """One ``pmdaInstid`` per key (a file name, a (file, instance) pair...), made once and
+    made again only when its instance id or name changes, and the indoms built from them:
+    a change to one instance of a large indom costs one construction, not one per instance.
+    ``made`` counts the constructions."""
+
+    def __init__(self) -> None:
+        self.cache: dict[Hashable, tuple[int, str, Any]] = {}
+        self.made = 0
+
+    def get(self, key: Hashable, internal: int, external: str) -> Any:
+        """The pmdaInstid of ``key``, naming ``internal`` ``external``."""
+        got = self.cache.get(key)
+        if got is None or got[0] != internal or got[1] != external:
+            got = (internal, external, instid(internal, external))
+            self.cache[key] = got
+            self.made += 1
+        return got[2]
+
+    def many(
+        self, pairs: Iterable[tuple[Hashable, int]], external: Callable[[Any], str]
+    ) -> list[Any]:
+        """The pmdaInstids of ``(key, internal)`` pairs, where a key's name is
+        ``external(key)`` (called only for a key not made yet or whose id changed)."""
+        cache, out = self.cache, []
+        for k, internal in pairs:
+            hit = cache.get(k)
+            if hit is not None and hit[0] == internal:
+                out.append(hit[2])
+            else:
+                out.append(self.get(k, internal, external(k)))
+        return out
+
+    def keep(self, keys: Iterable[Hashable]) -> None:
+        """Forget every key but ``keys``."""
+        self.cache = {k: self.cache[k] for k in keys if k in self.cache}
+
+    def indom(self, indom: int, insts: list[Any]) -> Any:
+        """A ``pmdaIndom`` of the pmdaInstids ``insts`` (from :meth:`get`), their array
+        filled in one ctypes copy (python3-pcp's own fills it one field at a time)."""
+        served = pmdaIndom(indom, None)
+        array = (pmdaInstid * len(insts))(*insts)
+        served.it_set = array
+        served.it_numinst = len(insts)
+        served.instids = insts  # the names' bytes stay alive as long as the indom
+        cpmda.set_need_refresh()
+        return served
 
 
 def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import cpmapi as c_api
 from pcp.pmapi import pmContext, pmUnits
-from pcp.pmda import PMDA, pmdaIndom, pmdaMetric
+from pcp.pmda import PMDA, pmdaMetric
 
 from . import control, pcpcompat, serving
 from . import layout as fmt
@@ -69,6 +69,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
         self.pcp_tables = pcpcompat.Tables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
+        self.status_instids = pcpcompat.Instids()  # by file name
+        self.indom_instids: dict[int, pcpcompat.Instids] = {}  # by serial, then internal id
         self._add_control_metrics()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
@@ -155,9 +157,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self._add(f"{self.opts.prefix}.{metric.name}", desc, metric.oneline, metric.helptext)
 
     def _update_status_indom(self) -> None:
-        states = self.scanner.states.values()
-        insts = [pcpcompat.instid(i, name) for i, name in Serving.status_instances(states)]
-        indom = pmdaIndom(self.indom(control.STATUS_SERIAL), insts)
+        """The status indom from one pmdaInstid per file, made when the file first shows
+        (or its instance changes), not at every change of any file."""
+        states, made = self.scanner.states, self.status_instids
+        insts = made.many(((s.name, s.instance) for s in states.values()), printable)
+        if len(made.cache) > 2 * len(states) + 64:
+            made.keep(states)
+        indom = made.indom(self.indom(control.STATUS_SERIAL), insts)
         self.pcp_tables.put_indom(indom, *control.STATUS_INDOM_HELP)
 
     # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.Tables)
@@ -220,12 +226,19 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self._update_status_indom()
 
     def _serve_indom(self, serial: int) -> None:
+        """Serve PCP indom ``serial`` again: a pmdaInstid made only for an instance new to
+        it (or renamed), however many files share it."""
         indom = self.indom(serial)
         self.pcp_tables.drop_indom(indom)
         served = self.model.indom(serial)
-        if served is not None:
-            insts = [pcpcompat.instid(i, n) for i, n in served.instances]
-            self.pcp_tables.put_indom(pmdaIndom(indom, insts), served.oneline, served.helptext)
+        if served is None:
+            self.indom_instids.pop(serial, None)
+            return
+        made = self.indom_instids.setdefault(serial, pcpcompat.Instids())
+        insts = [made.get(i, i, n) for i, n in served.instances]
+        if len(made.cache) > 2 * len(insts) + 64:
+            made.keep(i for i, _ in served.instances)
+        self.pcp_tables.put_indom(made.indom(indom, insts), served.oneline, served.helptext)
 
     def _serve_metric(self, cluster: int, item: int) -> None:
         sm = self.model.serve_metric(cluster, item)

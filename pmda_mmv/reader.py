@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from . import decode
@@ -33,6 +33,9 @@ DEFAULT_MAX_SIZE: Final = 64 << 20
 """Largest file accepted by default (bytes): 64 MiB, about 2 million values; the largest real
 file seen is under 10 MB.  A larger one (a sparse 1 TB file, or a valid file big enough to
 stall the agent past pmcd's timeout while it is indexed) is refused; ``--max-size``."""
+STRING_GAP: Final = 64 << 10
+"""String entries at most this many bytes apart are read in one ``pread`` (a STRING
+metric's values are read per snapshot in a few reads, not one per value)."""
 
 
 class MmvFile:
@@ -176,8 +179,34 @@ class MmvFile:
             raw = os.pread(self.fd, fmt.STRING_SIZE, offset)
         except OSError:
             return None
-        end = raw.find(b"\0")
-        return None if end < 0 else raw[:end].decode("utf-8", "replace")
+        return _cstring(raw)
+
+    def read_strings(self, snap: Snapshot, offsets: Iterable[int]) -> None:
+        """The live string entries at ``offsets`` into ``snap.strings`` (those not there
+        yet), as :meth:`read_string` reads each, but in one read per run of entries less
+        than :data:`STRING_GAP` apart: never more bytes than the file holds."""
+        cache = snap.strings
+        todo = sorted(o for o in set(offsets) if o not in cache)
+        size, i = self.size, 0
+        while i < len(todo):
+            start = todo[i]
+            if start < fmt.HEADER_SIZE or start + fmt.STRING_SIZE > size or self.fd < 0:
+                cache[start] = None
+                i += 1
+                continue
+            j, end = i + 1, start + fmt.STRING_SIZE
+            while (
+                j < len(todo) and todo[j] - end <= STRING_GAP and todo[j] + fmt.STRING_SIZE <= size
+            ):
+                end = todo[j] + fmt.STRING_SIZE
+                j += 1
+            try:
+                raw = os.pread(self.fd, end - start, start)
+            except OSError:
+                raw = b""
+            for offset in todo[i:j]:
+                cache[offset] = _cstring(raw[offset - start : offset - start + fmt.STRING_SIZE])
+            i = j
 
     def decoder(self, mtype: int) -> Decoder:
         """A function ``(snapshot, slot) -> value`` for metrics of ``mtype``
@@ -192,7 +221,7 @@ class MmvFile:
     def column(self, snap: Snapshot, metric: Metric) -> list[object]:
         """The values of ``metric`` in ``snap``, by instance position
         (:func:`~.decode.column`)."""
-        return decode.column(snap, metric, self.read_string)
+        return decode.column(snap, metric, self.read_string, self.read_strings)
 
     def values(
         self, snap: Snapshot | None = None
@@ -204,6 +233,12 @@ class MmvFile:
             for pos, value in enumerate(self.column(snap, metric)):
                 if value is not MISSING:
                     yield metric, insts[pos], value
+
+
+def _cstring(raw: bytes) -> str | None:
+    """A string entry's text: up to its NUL, None when it has none."""
+    end = raw.find(b"\0")
+    return None if end < 0 else raw[:end].decode("utf-8", "replace")
 
 
 def _check_stat(path: str, st: os.stat_result, max_size: int) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from . import layout as fmt
-from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedMetric
+from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedIndom, ServedMetric
 from .control import FILE_STATUS
 from .decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
 from .errors import Changed
@@ -124,6 +124,12 @@ class Serving:
         self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
         self.served_names: dict[int, str] = {}  # key(cluster, item) -> name
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
+        # the first file serving each instance of a PCP indom (internal id, as on disk),
+        # built at the first request after a change to the indom's files
+        self.owners: dict[int, dict[int, ServedIndom]] = {}
+        # each file's table builder of a PMID: kept while the file serves it, so that a
+        # file more makes one builder, not one per file sharing the PMID
+        self.parts: dict[tuple[str, int], tuple[ServedMetric, Table]] = {}
         # this fetch's: snapshots per file name, values per cluster and item, and the
         # results that are not values per key
         self.snaps: dict[str, Snapshot] = {}
@@ -162,14 +168,19 @@ class Serving:
         for entry in changes.removed:
             gone.setdefault(entry.cluster, set()).add(id(entry))
             self.snaps.pop(entry.name, None)
+            for sm in entry.metrics:
+                self.parts.pop((entry.name, key(sm.cluster, sm.item)), None)
         for entry in changes.added:  # a name added twice: the last one is served
             new.setdefault(entry.cluster, {}).pop(entry.name, None)
             new[entry.cluster][entry.name] = entry
         for cluster in gone.keys() | new.keys():
             self._set_cluster(cluster, gone.get(cluster, set()), new.get(cluster, {}))
         touched = [*changes.removed, *changes.added]
+        serials = sorted({si.serial for e in touched for si in e.indoms.values()})
+        for serial in serials:
+            self.owners.pop(serial, None)
         return Plan(
-            sorted({si.serial for e in touched for si in e.indoms.values()}),
+            serials,
             sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics}),
             bool(touched),
         )
@@ -191,8 +202,16 @@ class Serving:
         """PCP indom ``serial`` as served now, or None when no file serves it."""
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
+            self.owners.pop(serial, None)
             return None
-        insts = [(i.internal, i.external) for i in self.catalogue.instances(serial)]
+        owners: dict[int, ServedIndom] = {}
+        insts = []
+        for si in sources:
+            for inst in si.indom.instances:
+                if inst.internal not in owners:
+                    owners[inst.internal] = si
+                    insts.append((inst.internal, inst.external))
+        self.owners[serial] = owners
         first = sources[0].indom
         return IndomServed(insts, first.shorthelp, first.longhelp)
 
@@ -211,9 +230,28 @@ class Serving:
             return None
         k = key(cluster, item)
         self.served_names[k] = sources[0].name
-        parts = [self.file_table(self.catalogue.files[s.file], s) for s in sources]
-        self.tables[k] = parts[0] if len(parts) == 1 else _first_of(parts)
+        if len(sources) == 1:
+            self.tables[k] = self._part(sources[0], k)
+        else:
+            self.tables[k] = self._shared(list(sources), k)
         return sources[0]
+
+    def _shared(self, sources: list[ServedMetric], k: int) -> Table:
+        """The table of PMID ``k`` shared by the files of ``sources``: their builders are
+        looked up at the fetch (one copy of the list here, whatever its length)."""
+
+        def build() -> Built | None:
+            return _first_of([self._part(s, k) for s in sources])()
+
+        return build
+
+    def _part(self, sm: ServedMetric, k: int) -> Table:
+        """The table builder of one file's metric of PMID ``k``, made once per metric."""
+        made = self.parts.get((sm.file, k))
+        if made is None or made[0] is not sm:
+            made = (sm, self.file_table(self.catalogue.files[sm.file], sm))
+            self.parts[(sm.file, k)] = made
+        return made[1]
 
     # -- fetch
     #
@@ -329,11 +367,16 @@ class Serving:
         """Labels of an instance (unsigned id, as python3-pcp passes it), from the first
         file (in name order) that has it."""
         inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst
-        for si in self.catalogue.indom_sources.get(indom & fmt.MAX_SERIAL, ()):
-            if inst in si.indom.positions:
-                labels, optional = si.instance_labels.get(inst, ("", ""))
-                return pick(labels, optional, notes)
-        return "{}"
+        serial = indom & fmt.MAX_SERIAL
+        owners = self.owners.get(serial)
+        if owners is None:
+            self.indom(serial)  # the owners of its instances, once per change
+            owners = self.owners.get(serial, {})
+        si = owners.get(inst)
+        if si is None:
+            return "{}"
+        labels, optional = si.instance_labels.get(inst, ("", ""))
+        return pick(labels, optional, notes)
 
 
 def pick(labels: str, notes: str, want_notes: bool) -> str:

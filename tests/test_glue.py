@@ -98,3 +98,70 @@ def test_the_serving_model_needs_no_pcp(module: str) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=CHECKOUT
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_status_indom_makes_one_instid_per_new_file(tmp_path: Path) -> None:
+    """Regression: every state change built a pmdaInstid for every file known (50,000
+    files: 250,000 constructions over 5 requests); each file's is made once, and the indom
+    still names every file, a removed one gone."""
+    script = (
+        "from pmda_mmv.filestate import FileState\n"
+        "from pmda_mmv import control\n"
+        "states = agent.scanner.states\n"
+        "def served():\n"
+        "    indom = agent.pcp_tables.pmda._indoms[agent.indom(control.STATUS_SERIAL)]\n"
+        "    return [(indom.it_set[i].i_inst, indom.it_set[i].i_name.decode())\n"
+        "            for i in range(indom.it_numinst)]\n"
+        "for i in range(200):\n"
+        "    states[f'f{i}'] = FileState(f'f{i}', i + 1)\n"
+        "agent._update_status_indom()\n"
+        "first = agent.status_instids.made\n"
+        "states['new\\x1b'] = FileState('new\\x1b', 500)\n"
+        "del states['f3']\n"
+        "agent._update_status_indom()\n"
+        "agent._update_status_indom()\n"
+        "got = served()\n"
+        "print(first, agent.status_instids.made - first, len(got), got[-1])\n"
+        "print(sorted(got) == sorted([(i + 1, f'f{i}') for i in range(200) if i != 3]"
+        " + [(500, 'new\\\\x1b')]))\n"
+    )
+    done = run_agent_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    counts, same = done.stdout.splitlines()
+    assert counts == "200 1 200 (500, 'new\\\\x1b')"
+    assert same == "True"
+
+
+def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> None:
+    """Regression: each file arriving in an indom that files share rebuilt a pmdaInstid
+    for every instance of every file; one file more makes its new instances' only, and
+    the indom python3-pcp serves holds every instance, first name of an id first."""
+    from pmda_mmv import layout as fmt
+    from tests import mmvbuild as mb
+
+    def pets(path: Path, *insts: int) -> None:
+        b = mb.MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
+        b.indoms.append(mb.Indom(2, [mb.Instance(i, f"{path.name}.{i}") for i in insts]))
+        b.metrics.append(mb.Metric("pets.n", 1, indom=2))
+        b.values += [mb.Value("pets.n", i, i) for i in insts]
+        b.write(path)
+
+    for f in range(30):
+        pets(tmp_path / f"f{f:02d}", 2 * f, 2 * f + 1)
+    pets(tmp_path / ".new", 0, 99)  # a dot-file: not looked at until renamed
+    script = (
+        "import pathlib\n"
+        f"pets_dir = pathlib.Path({str(tmp_path)!r})\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "[(serial, made)] = agent.indom_instids.items()\n"
+        "first = made.made\n"
+        "(pets_dir / '.new').rename(pets_dir / 'new')\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "indom = agent.pcp_tables.pmda._indoms[agent.indom(serial)]\n"
+        "names = {indom.it_set[i].i_inst: indom.it_set[i].i_name.decode()\n"
+        "         for i in range(indom.it_numinst)}\n"
+        "print(first, made.made - first, len(names), names[0], names[59], names[99])\n"
+    )
+    done = run_agent_script(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["60", "1", "61", "f00.0", "f29.59", ".new.99"]

@@ -347,3 +347,120 @@ def test_pcp_numbers_are_python3_pcp_s() -> None:
     pcp_types = {c_api.PM_TYPE_32, c_api.PM_TYPE_U32, c_api.PM_TYPE_U64, c_api.PM_TYPE_STRING}
     assert types == pcp_types
     assert fmt.SEM_INSTANT == c_api.PM_SEM_INSTANT
+
+
+def test_string_values_are_read_once_per_snapshot(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A STRING metric over many instances: its values are right, and one fetch reads the
+    string entries in a few reads (the snapshot and one run), not one per value."""
+    n = 2000
+    b = MmvBuilder(cluster=3)
+    b.indoms.append(mb.Indom(1, [mb.Instance(i, f"i{i}") for i in range(n)]))
+    b.metrics.append(mb.Metric("s", 1, fmt.TYPE_STRING, indom=1))
+    b.values += [mb.Value("s", i, "same" if i % 2 else f"v{i % 7}") for i in range(n)]
+    b.write(served.path / "str")
+    served.step()
+    reads: list[int] = []
+    pread = os.pread
+
+    def counting(fd: int, length: int, offset: int) -> bytes:
+        reads.append(length)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    got = served.fetch("mmv.str.s", *range(n))
+    assert got == [["same" if i % 2 else f"v{i % 7}", 1] for i in range(n)]
+    assert len(reads) <= 3  # header, values span, strings
+    assert sum(reads) <= (served.path / "str").stat().st_size + fmt.HEADER_SIZE
+
+
+def test_string_offsets_moved_out_of_bounds_are_unsupported(served: Served) -> None:
+    """A writer moves a value's string offset (live, in the values span) past the end of
+    the file, or before the header's end: that value is PM_ERR_VALUE, the others read."""
+    b = MmvBuilder(cluster=3)
+    b.metrics += [mb.Metric(n, i, fmt.TYPE_STRING) for i, n in enumerate("abc", 1)]
+    b.values += [mb.Value(n, None, f"text {n}") for n in "abc"]
+    image = b.build()
+    image.write(served.path / "f")
+    served.step()
+    image.patch("values", 1, "extra", len(image.data) - 10)
+    image.patch("values", 2, "extra", 8)
+    image.write(served.path / "f")  # in place: same size and generation
+    assert served.fetch("mmv.f.a") == [["text a", 1]]
+    assert served.fetch("mmv.f.b") == [[serving.PM_ERR_VALUE, 0]]
+    assert served.fetch("mmv.f.c") == [[serving.PM_ERR_VALUE, 0]]
+
+
+def pets_file(*insts: int, label: bool = False) -> MmvBuilder:
+    """A NOPREFIX file of cluster 9 whose indom 2 has the instances ``insts`` (named
+    ``p<id>``), metrics ``pets.m0`` .. ``pets.m2``, and with ``label`` an instance label
+    naming the file's first instance."""
+    b = MmvBuilder(version=3, cluster=9, flags=fmt.FLAG_NOPREFIX)
+    b.indoms.append(mb.Indom(2, [mb.Instance(i, f"p{i}") for i in insts]))
+    b.metrics += [mb.Metric(f"pets.m{j}", j + 1, indom=2) for j in range(3)]
+    b.values += [mb.Value(f"pets.m{j}", i, i) for j in range(3) for i in insts]
+    if label:
+        payload = json.dumps({"first": insts[0]})
+        b.labels += [mb.Label(fmt.LABEL_INSTANCES, 2, payload, internal=i) for i in insts]
+    return b
+
+
+def test_instance_labels_of_a_shared_indom_need_no_scan_of_its_files(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: each instance label request scanned every file sharing the indom (4,000
+    files: 29 s for one walk of the instances); the first file having each instance is
+    found once per change, and each instance's labels are its first file's."""
+    for f in range(40):
+        pets_file(2 * f, 2 * f + 1, 2 * f + 2, label=True).write(served.path / f"f{f:02d}")
+    [serial] = served.step().serials
+    indom = (70 << 22) | serial
+    looked = 0
+    indom_of = served.model.indom
+
+    def counting(serial: int) -> serving.IndomServed | None:
+        nonlocal looked
+        looked += 1
+        return indom_of(serial)
+
+    monkeypatch.setattr(served.model, "indom", counting)
+    got = {i: json.loads(served.model.instance_label(indom, i, False)) for i in range(81)}
+    assert looked == 1
+    # instance 2f+2 is in files f and f+1: the first file (f) has it
+    assert got == {i: {"first": 2 * ((i - 1) // 2) if i else 0} for i in range(81)}
+    assert served.model.instance_label(indom, 500, False) == "{}"
+    os.unlink(served.path / "f00")
+    pets_file(2, label=True).write(served.path / "e")  # before f01 in name order
+    served.step()
+    assert json.loads(served.model.instance_label(indom, 2, False)) == {"first": 2}
+    assert served.model.instance_label(indom, 0, False) == "{}"  # f00's only
+    assert json.loads(served.model.instance_label(indom, 3, False)) == {"first": 2}
+    assert looked == 2
+
+
+def test_a_file_more_sharing_a_pmid_makes_its_own_tables_only(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: each file arriving re-made the table builder of every file sharing its
+    PMIDs; one file more makes one of its own per metric fetched, and values still come
+    from the first file having each instance."""
+    for f in range(20):
+        pets_file(f, f + 1).write(served.path / f"f{f:02d}")
+    served.step()
+    assert served.fetch("mmv.pets.m1", 0, 20) == [[0, 1], [20, 1]]
+    made: list[str] = []
+    file_table = served.model.file_table
+
+    def counting(entry: FileEntry, sm: Any) -> serving.Table:
+        made.append(entry.name)
+        return file_table(entry, sm)
+
+    monkeypatch.setattr(served.model, "file_table", counting)
+    pets_file(100, 0).write(served.path / "z")
+    served.step()
+    assert served.fetch("mmv.pets.m1", 0, 1, 20, 100) == [[0, 1], [1, 1], [20, 1], [100, 1]]
+    os.unlink(served.path / "f00")
+    served.step()
+    assert served.fetch("mmv.pets.m1", 0, 1) == [[0, 1], [1, 1]]  # 0 now from z, 1 from f01
+    assert made == ["z"]  # its one metric fetched
