@@ -17,7 +17,7 @@ Keys: a PMID is ``(cluster, item)``, packed as ``(cluster << 10) | item``
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -26,7 +26,6 @@ from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry, ServedIndom, Serve
 from .control import FILE_STATUS
 from .decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
 from .errors import Changed
-from .rules import printable
 from .scanner import Changes, FileState
 
 Log = Callable[[str], None]
@@ -150,11 +149,6 @@ class Serving:
         """Serve the per-file status metrics over ``states`` (the scanner's, live)."""
         for item, status in FILE_STATUS.items():
             self.tables[key(CONTROL_CLUSTER, item)] = _status_table(states, status.read)
-
-    @staticmethod
-    def status_instances(states: Iterable[FileState]) -> list[tuple[int, str]]:
-        """The status indom's instances: (instance id, printable file name)."""
-        return [(s.instance, printable(s.name)) for s in states]
 
     # -- applying the scanner's changes
 
