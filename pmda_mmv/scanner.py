@@ -101,6 +101,7 @@ class Scanner(Loader):
         self._check_from = 0  # where the next periodic check starts, in served-name order
         self._dirty: set[str] = set()
         self._freed = 0  # catalogue.freed when the starved files were last retried
+        self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
 
     # -- queries
@@ -179,8 +180,9 @@ class Scanner(Loader):
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
         freed = self.catalogue.freed + self._released
-        if self._starved and freed != self._freed:
-            changes.extend(self._retry_starved())
+        self._starving |= freed != self._freed
+        if self._starved and self._starving:
+            changes.extend(self._retry_starved(deadline))
         self._freed = self.catalogue.freed + self._released
         return changes
 
@@ -207,15 +209,19 @@ class Scanner(Loader):
             self._queue = dict.fromkeys([*rest, *self._queue])
         return changes
 
-    def _retry_starved(self) -> Changes:
-        """Files refused (or partly served) for want of a cluster or indom serial, again in
-        name order, until one still lacks it."""
+    def _retry_starved(self, deadline: float | None) -> Changes:
+        """Files refused (or partly served) for want of a cluster, an indom serial or
+        max_total, again in name order, until one still lacks it; past ``deadline`` (once
+        one was looked at) the rest wait, still starved, for the next requests."""
         changes = Changes()
-        for name in sorted(self._starved):
+        for i, name in enumerate(sorted(self._starved)):
+            if deadline is not None and i and self.clock() >= deadline:
+                return changes  # _starving stays set: the next request goes on
             self.states[name].key = UNSEEN
             changes.extend(self._consider([name])[0])
             if name in self._starved:
                 break
+        self._starving = False
         return changes
 
     def reload(self, name: str) -> Changes:

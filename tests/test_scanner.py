@@ -646,6 +646,42 @@ def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> 
     assert set(scanner.catalogue.files) == {"b"}
 
 
+def test_files_refused_for_the_total_size_come_back_within_the_budget_in_order(
+    tmp_path: Path,
+) -> None:
+    """Found by a breaker run: a big file filled --max-total, 3,446 small ones were refused
+    for it, the big one went: the next request retried every small one, with no deadline
+    (2.24 s).  With the clock past the deadline at each look, a few a request, in name
+    order, none lost."""
+    big = tmp_path / "big"
+    b = sample()
+    b.cluster = 99
+    b.write(big)
+    names = [f"s{k:02d}" for k in range(20)]
+    for k, name in enumerate(names):
+        one(cluster=k + 1).write(tmp_path / name)
+    ticks = itertools.count()
+    scanner = Scanner(
+        str(tmp_path),
+        Catalogue(),
+        max_total=big.stat().st_size,
+        clock=lambda: next(ticks) * 1.0,
+    )
+    scanner.refresh(force=True)
+    assert set(scanner.catalogue.files) == {"big"}
+    assert {scanner.states[n].state for n in names} == {REFUSED}
+    big.unlink()
+    order: list[str] = []
+    first = scanner.refresh()
+    order += [e.name for e in first.added]
+    assert [e.name for e in first.removed] == ["big"]
+    assert 0 < len(order) < len(names)
+    for _ in range(2 * len(names)):
+        order += [e.name for e in scanner.refresh().added]
+    assert order == names
+    assert {scanner.states[n].state for n in names} == {OK}
+
+
 def test_a_listing_that_fails_for_want_of_descriptors_keeps_what_is_served(d: Dir) -> None:
     """Found by a breaker run: with the agent at its descriptor limit, ``os.listdir`` failed
     with EMFILE and the listing was taken as an empty directory: every served file, good
