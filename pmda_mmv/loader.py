@@ -113,18 +113,19 @@ class Loader:
                 self._queue[link] = None
 
     def _consider(
-        self, names: list[str], deadline: float | None = None
-    ) -> tuple[Changes, list[str]]:
+        self, names: Iterable[str], deadline: float | None = None
+    ) -> tuple[Changes, str | None]:
         """(Re)load the named entries whose stat changed and serve them in name order (names
         are first come, first served); auto-assigned clusters avoid every requested one.
-        Past ``deadline`` (once one entry was looked at) the names not reached are returned."""
+        Past ``deadline`` (once one entry was looked at) returns the first name not
+        reached (None: all were)."""
         changes = Changes()
         opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
-        rest: list[str] = []
+        stop: str | None = None
         loading: dict[Inode, str] = {}
         for i, name in enumerate(names):
             if deadline is not None and i and self.clock() >= deadline:
-                rest = names[i:]
+                stop = name
                 break
             path = self._prefix + name
             lst: os.stat_result | OSError
@@ -152,7 +153,7 @@ class Loader:
         for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
             wants = (requested - {mf.header.cluster}, wanted)
             self._serve(state, mf, (writer, inode), wants, changes)
-        return changes, rest
+        return changes, stop
 
     def _instance(self, name: str) -> int:
         """The status instance id of ``name``: kept while remembered, never reused."""

@@ -13,7 +13,9 @@ keep their descriptor, tables, cluster and PMIDs.
 Budget: loading, validating and cataloguing stop once a request has spent ``budget``
 seconds on them (BUDGET; at least one entry is looked at per request, refused ones
 included); the names not reached stay queued, in order, state PENDING, and the next
-requests go on with them.  A forced refresh (the first scan of an agent pmcd started with
+requests go on with them.  A listing queues the new names first (a new file is served at
+the next request however many are known), then the known ones (one renamed over has a
+new stat).  A forced refresh (the first scan of an agent pmcd started with
 ``notready``, ``pmda-mmv debug``) is not bounded.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import os
 import threading
 import time
@@ -203,10 +206,14 @@ class Scanner(Loader):
         """Load queued names in order until ``deadline`` (None: all of them)."""
         if not self._queue:
             return Changes()
-        names, self._queue = list(self._queue), {}
-        changes, rest = self._consider(names, deadline)
-        if rest:
-            self._queue = dict.fromkeys([*rest, *self._queue])
+        # the queue is not copied: a sweep of 100,000 names costs what each request reaches
+        queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
+        changes, stop = self._consider(queue, deadline)
+        if stop is not None:
+            for name in list(itertools.takewhile(lambda n: n != stop, queue)):
+                del queue[name]
+            queue.update(self._queue)  # a name queued again keeps its place
+            self._queue = queue
         return changes
 
     def _retry_starved(self, deadline: float | None) -> Changes:
@@ -263,9 +270,14 @@ class Scanner(Loader):
                 return Changes()
             names = []
         changes = Changes()
-        for gone in sorted(set(self.states) - set(names)):
+        for gone in sorted(set(self.states).difference(names)):
             changes.extend(self._forget(gone))
-        changes.extend(self._enqueue(names))
+        # new names first: a new file is visible at the next request however many are known;
+        # known names after (one renamed over them has a new stat), within the budget
+        queue, self._queue = self._queue, {}
+        changes.extend(self._enqueue([n for n in names if n not in self.states]))
+        self._queue.update(queue)  # then what was queued, then the rest (all known now)
+        self._queue.update(dict.fromkeys(names))
         return changes
 
     # -- served files: generation and writer

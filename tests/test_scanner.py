@@ -612,6 +612,32 @@ def test_files_past_the_budget_wait_in_order_and_none_is_lost(tmp_path: Path) ->
     assert {s.state for s in scanner.states.values()} == {OK} and not scanner.queued
 
 
+def test_a_new_file_is_served_at_the_next_request_however_many_names_are_known(
+    tmp_path: Path,
+) -> None:
+    """Found by a breaker run: with 100,000 entries known, each change of the directory
+    queued the new name after every known one (stat again within the budget, one request
+    after another).  New names come first now; the known ones are still looked at, within
+    the budget: one renamed over is served in the end.  The clock is past the deadline at
+    each look: one name a request."""
+    junk = b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE)
+    for k in range(10):
+        (tmp_path / f"junk{k}").write_bytes(junk)
+    ticks = itertools.count()
+    scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 1.0)
+    scanner.refresh(force=True)
+    for k in range(3):
+        one(cluster=k + 1).write(tmp_path / f"new{k}")
+        scanner.refresh()
+        assert f"new{k}" in scanner.catalogue.files
+    one(cluster=9).write(tmp_path / "tmp")
+    os.rename(tmp_path / "tmp", tmp_path / "junk5")
+    for _ in range(20):
+        scanner.refresh()
+    assert set(scanner.catalogue.files) == {"new0", "new1", "new2", "junk5"}
+    assert not scanner.queued
+
+
 def test_forced_refresh_is_not_bounded(tmp_path: Path) -> None:
     for k in range(5):
         one(cluster=k + 1).write(tmp_path / f"f{k}")
