@@ -73,6 +73,7 @@ class Loader:
         self._backoff = Backoff(self.states, self.log)
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._writers = Writers(pidfd)
+        self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
@@ -92,7 +93,7 @@ class Loader:
         _count(self._asked, entry.mf.header.cluster, -1)
         self._total -= entry.mf.size
         self._released += 1
-        entry.mf.close()
+        self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
             self._writers.unwatch(state.writer)
             state.writer = None

@@ -59,6 +59,9 @@ MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
+CLOSE_BUDGET: Final = 256
+"""Descriptors of unserved files one request closes at least (then more within the
+budget)."""
 MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
@@ -187,7 +190,19 @@ class Scanner(Loader):
         if self._starved and self._starving:
             changes.extend(self._retry_starved(deadline))
         self._freed = self.catalogue.freed + self._released
+        self._close_unserved(deadline)
         return changes
+
+    def _close_unserved(self, deadline: float | None) -> None:
+        """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
+        ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
+        names unresolvable) and closed over the next requests."""
+        closing, done = self._closing, 0
+        for done, mf in enumerate(closing, 1):
+            mf.close()
+            if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
+                break
+        del closing[:done]
 
     def _enqueue(self, names: Iterable[str]) -> Changes:
         """Queue ``names`` for loading (after those already queued); a name not seen

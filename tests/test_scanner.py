@@ -638,6 +638,34 @@ def test_a_new_file_is_served_at_the_next_request_however_many_names_are_known(
     assert not scanner.queued
 
 
+def test_files_removed_at_once_are_unserved_at_once_and_closed_over_the_next_requests(
+    tmp_path: Path,
+) -> None:
+    """Found by a breaker run: 12,000 served files removed at once were closed in the same
+    request as they were unserved.  Unserving stays immediate (a removed file is never
+    served); the descriptors close CLOSE_BUDGET a request once past the deadline, in the
+    end all of them."""
+    from pmda_mmv.scanner import CLOSE_BUDGET
+    from tests.hostile import shared_cluster
+
+    paths = shared_cluster(tmp_path, 2 * CLOSE_BUDGET + 1)
+    ticks = itertools.count()
+    scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 1.0)
+    scanner.refresh(force=True)
+    entries = list(scanner.catalogue.files.values())
+    assert len(entries) == len(paths)
+    for path in paths:
+        path.unlink()
+    changes = scanner.refresh()
+    assert len(changes.removed) == len(paths) and not scanner.catalogue.files
+    assert not scanner.catalogue.sources and not scanner.states
+    open_fds = [e for e in entries if e.mf.fd >= 0]
+    assert len(open_fds) == len(paths) - CLOSE_BUDGET
+    scanner.refresh()
+    scanner.refresh()
+    assert all(e.mf.fd == -1 for e in entries)
+
+
 def test_forced_refresh_is_not_bounded(tmp_path: Path) -> None:
     for k in range(5):
         one(cluster=k + 1).write(tmp_path / f"f{k}")
