@@ -186,8 +186,8 @@ class Scanner(Loader):
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
         freed = self.catalogue.freed + self._released
-        self._starving |= freed != self._freed
-        if self._starved and self._starving:
+        self._starving = bool(self._starved) and (self._starving or freed != self._freed)
+        if self._starving:
             changes.extend(self._retry_starved(deadline))
         self._freed = self.catalogue.freed + self._released
         self._close_unserved(deadline)
