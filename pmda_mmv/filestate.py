@@ -92,10 +92,10 @@ class Changes:
     def extend(self, other: Changes) -> None:
         """Append ``other``; an entry added here and removed there was never served, so it
         leaves both lists."""
-        for entry in other.removed:
-            if any(a is entry for a in self.added):
-                self.added = [a for a in self.added if a is not entry]
-            else:
-                self.removed.append(entry)
+        added = {id(a) for a in self.added}
+        dropped = {id(e) for e in other.removed if id(e) in added}
+        if dropped:  # one rebuild, not one per entry (linear in both lists)
+            self.added = [a for a in self.added if id(a) not in dropped]
+        self.removed += [e for e in other.removed if id(e) not in dropped]
         self.added += other.added
         self.states |= other.states

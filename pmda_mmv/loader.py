@@ -73,6 +73,7 @@ class Loader:
         self._backoff = Backoff(self.states, self.log)
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._writers = Writers(pidfd)
+        self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
@@ -92,7 +93,7 @@ class Loader:
         _count(self._asked, entry.mf.header.cluster, -1)
         self._total -= entry.mf.size
         self._released += 1
-        entry.mf.close()
+        self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
             self._writers.unwatch(state.writer)
             state.writer = None
@@ -113,18 +114,19 @@ class Loader:
                 self._queue[link] = None
 
     def _consider(
-        self, names: list[str], deadline: float | None = None
-    ) -> tuple[Changes, list[str]]:
+        self, names: Iterable[str], deadline: float | None = None
+    ) -> tuple[Changes, str | None]:
         """(Re)load the named entries whose stat changed and serve them in name order (names
         are first come, first served); auto-assigned clusters avoid every requested one.
-        Past ``deadline`` (once one entry was looked at) the names not reached are returned."""
+        Past ``deadline`` (once one entry was looked at) returns the first name not
+        reached (None: all were)."""
         changes = Changes()
         opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
-        rest: list[str] = []
+        stop: str | None = None
         loading: dict[Inode, str] = {}
         for i, name in enumerate(names):
             if deadline is not None and i and self.clock() >= deadline:
-                rest = names[i:]
+                stop = name
                 break
             path = self._prefix + name
             lst: os.stat_result | OSError
@@ -152,7 +154,7 @@ class Loader:
         for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
             wants = (requested - {mf.header.cluster}, wanted)
             self._serve(state, mf, (writer, inode), wants, changes)
-        return changes, rest
+        return changes, stop
 
     def _instance(self, name: str) -> int:
         """The status instance id of ``name``: kept while remembered, never reused."""

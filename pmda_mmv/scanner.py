@@ -13,7 +13,9 @@ keep their descriptor, tables, cluster and PMIDs.
 Budget: loading, validating and cataloguing stop once a request has spent ``budget``
 seconds on them (BUDGET; at least one entry is looked at per request, refused ones
 included); the names not reached stay queued, in order, state PENDING, and the next
-requests go on with them.  A forced refresh (the first scan of an agent pmcd started with
+requests go on with them.  A listing queues the new names first (a new file is served at
+the next request however many are known), then the known ones (one renamed over has a
+new stat).  A forced refresh (the first scan of an agent pmcd started with
 ``notready``, ``pmda-mmv debug``) is not bounded.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import os
 import threading
 import time
@@ -56,6 +59,9 @@ MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
+CLOSE_BUDGET: Final = 256
+"""Descriptors of unserved files one request closes at least (then more within the
+budget)."""
 MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
@@ -101,6 +107,7 @@ class Scanner(Loader):
         self._check_from = 0  # where the next periodic check starts, in served-name order
         self._dirty: set[str] = set()
         self._freed = 0  # catalogue.freed when the starved files were last retried
+        self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
 
     # -- queries
@@ -179,10 +186,23 @@ class Scanner(Loader):
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
         freed = self.catalogue.freed + self._released
-        if self._starved and freed != self._freed:
-            changes.extend(self._retry_starved())
+        self._starving = bool(self._starved) and (self._starving or freed != self._freed)
+        if self._starving:
+            changes.extend(self._retry_starved(deadline))
         self._freed = self.catalogue.freed + self._released
+        self._close_unserved(deadline)
         return changes
+
+    def _close_unserved(self, deadline: float | None) -> None:
+        """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
+        ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
+        names unresolvable) and closed over the next requests."""
+        closing, done = self._closing, 0
+        for done, mf in enumerate(closing, 1):
+            mf.close()
+            if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
+                break
+        del closing[:done]
 
     def _enqueue(self, names: Iterable[str]) -> Changes:
         """Queue ``names`` for loading (after those already queued); a name not seen
@@ -201,21 +221,29 @@ class Scanner(Loader):
         """Load queued names in order until ``deadline`` (None: all of them)."""
         if not self._queue:
             return Changes()
-        names, self._queue = list(self._queue), {}
-        changes, rest = self._consider(names, deadline)
-        if rest:
-            self._queue = dict.fromkeys([*rest, *self._queue])
+        # the queue is not copied: a sweep of 100,000 names costs what each request reaches
+        queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
+        changes, stop = self._consider(queue, deadline)
+        if stop is not None:
+            for name in list(itertools.takewhile(lambda n: n != stop, queue)):
+                del queue[name]
+            queue.update(self._queue)  # a name queued again keeps its place
+            self._queue = queue
         return changes
 
-    def _retry_starved(self) -> Changes:
-        """Files refused (or partly served) for want of a cluster or indom serial, again in
-        name order, until one still lacks it."""
+    def _retry_starved(self, deadline: float | None) -> Changes:
+        """Files refused (or partly served) for want of a cluster, an indom serial or
+        max_total, again in name order, until one still lacks it; past ``deadline`` (once
+        one was looked at) the rest wait, still starved, for the next requests."""
         changes = Changes()
-        for name in sorted(self._starved):
+        for i, name in enumerate(sorted(self._starved)):
+            if deadline is not None and i and self.clock() >= deadline:
+                return changes  # _starving stays set: the next request goes on
             self.states[name].key = UNSEEN
             changes.extend(self._consider([name])[0])
             if name in self._starved:
                 break
+        self._starving = False
         return changes
 
     def reload(self, name: str) -> Changes:
@@ -257,9 +285,14 @@ class Scanner(Loader):
                 return Changes()
             names = []
         changes = Changes()
-        for gone in sorted(set(self.states) - set(names)):
+        for gone in sorted(set(self.states).difference(names)):
             changes.extend(self._forget(gone))
-        changes.extend(self._enqueue(names))
+        # new names first: a new file is visible at the next request however many are known;
+        # known names after (one renamed over them has a new stat), within the budget
+        queue, self._queue = self._queue, {}
+        changes.extend(self._enqueue([n for n in names if n not in self.states]))
+        self._queue.update(queue)  # then what was queued, then the rest (all known now)
+        self._queue.update(dict.fromkeys(names))
         return changes
 
     # -- served files: generation and writer

@@ -207,7 +207,7 @@ def _named(
 
 def big_files(directory: Path, count: int, metrics: int, instances: int) -> list[Path]:
     """``count`` valid files of ``metrics`` x ``instances`` values each, written by
-    libpcp_mmv (100 x 12,000 is about 40 MB), all at once."""
+    libpcp_mmv (80 x 12,000 is about 30 MiB, under layout.MAX_ENTRIES), all at once."""
     from tests.writers.libpcp_mmv import Registry, library
 
     lib = library()
@@ -250,13 +250,24 @@ def deep_names(directory: Path, files: int, metrics: int, depth: int) -> list[Pa
 
 
 def hard_links(directory: Path, links: int, metrics: int, instances: int) -> list[Path]:
-    """One valid file of ``metrics`` x ``instances`` values written by libpcp_mmv (100 x
-    12,000 is about 40 MB) and ``links`` more hard links to it."""
+    """One valid file of ``metrics`` x ``instances`` values written by libpcp_mmv (80 x
+    12,000 is about 30 MiB) and ``links`` more hard links to it."""
     (first,) = big_files(directory, 1, metrics, instances)
     paths = [first]
     for k in range(links):
         paths.append(directory / f"link{k:04d}")
         os.link(first, paths[-1])
+    return paths
+
+
+def past_limits(directory: Path) -> list[Path]:
+    """Valid files written by libpcp_mmv just past the per-file entry limits
+    (layout.MAX_ENTRIES), refused from their TOC: 21 metrics x 50,000 instances (values)
+    and one metric over 50,001 instances (instances)."""
+    paths = []
+    for name, metrics, instances in (("values", 21, 50_000), ("instances", 1, 50_001)):
+        (path,) = big_files(directory, 1, metrics, instances)
+        paths.append(path.rename(directory / f"past-{name}"))
     return paths
 
 
@@ -290,10 +301,12 @@ ATTACKS: dict[str, Population] = {
     ),
     "6,000 small valid files at once": lambda d: many_files(d, 6_000),
     "60 NOPREFIX files of 800 names directly below mmv": lambda d: flat_names(d, 60, 800),
-    "six valid 37 MiB files at once": lambda d: big_files(d, 6, 100, 12_000),
+    "six valid 30 MiB files at once": lambda d: big_files(d, 6, 80, 12_000),
+    "a valid file just under every per-file entry limit": lambda d: big_files(d, 1, 20, 50_000),
+    "files past the per-file entry limits": past_limits,
     "6,000 tiny NOPREFIX files sharing one cluster and metric": lambda d: shared_cluster(d, 6_000),
     "150 files of 200 names 100 components deep": lambda d: deep_names(d, 150, 200, 100),
-    "a valid 37 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 100, 12_000),
+    "a valid 30 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 80, 12_000),
     "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
