@@ -16,8 +16,9 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 PACKAGE = CHECKOUT / "pmda_mmv"
 
 
-def run_agent_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` with an ``agent`` (MmvPMDA over tmp_path) built in generation mode."""
+def agent_output(script: str, tmp_path: Path) -> list[str]:
+    """The lines ``script`` prints, run with an ``agent`` (MmvPMDA over tmp_path) built in
+    generation mode; the script must succeed."""
     prologue = (
         "from pmda_mmv.options import parse_args\n"
         "from pmda_mmv.pmda import MmvPMDA\n"
@@ -25,7 +26,7 @@ def run_agent_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess
         "logged = []\n"
         "agent.file_log.sink = logged.append\n"
     )
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", prologue + script],
         capture_output=True,
         text=True,
@@ -33,6 +34,8 @@ def run_agent_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess
         cwd=CHECKOUT,
         env={**os.environ, "PCP_PYTHON_DOMAIN": "1"},
     )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
 def test_a_failing_callback_logs_its_name(tmp_path: Path) -> None:
@@ -47,9 +50,7 @@ def test_a_failing_callback_logs_its_name(tmp_path: Path) -> None:
         "    assert agent._guard(getattr(agent, name), '{}')(1, 2) == '{}'\n"
         "print('\\n'.join(logged))\n"
     )
-    done = run_agent_script(script, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+    assert agent_output(script, tmp_path) == [
         f"{name}: ValueError: boom"
         for name in (
             "label_callback",
@@ -67,9 +68,7 @@ def test_the_agent_serves_its_own_metrics_before_any_file(tmp_path: Path) -> Non
         "agent.prefetch()\n"
         "print(fetch(0, 2, 0xFFFFFFFF), fetch(0, 3, 0xFFFFFFFF))\n"
     )
-    done = run_agent_script(script, tmp_path)
-    assert done.returncode == 0, done.stderr
-    names, values = done.stdout.splitlines()
+    names, values = agent_output(script, tmp_path)
     assert "'mmv.control.reload'" in names and "'mmv.control.file.state'" in names
     assert values == "[0, 1] [0, 1]"  # control.files, control.metrics
 
@@ -125,9 +124,7 @@ def test_the_status_indom_makes_one_instid_per_new_file(tmp_path: Path) -> None:
         "print(sorted(got) == sorted([(i + 1, f'f{i}') for i in range(200) if i != 3]"
         " + [(500, 'new\\\\x1b')]))\n"
     )
-    done = run_agent_script(script, tmp_path)
-    assert done.returncode == 0, done.stderr
-    counts, same = done.stdout.splitlines()
+    counts, same = agent_output(script, tmp_path)
     assert counts == "200 1 200 (500, 'new\\\\x1b')"
     assert same == "True"
 
@@ -162,6 +159,11 @@ def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> 
         "         for i in range(indom.it_numinst)}\n"
         "print(first, made.made - first, len(names), names[0], names[59], names[99])\n"
     )
-    done = run_agent_script(script, tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["60", "1", "61", "f00.0", "f29.59", ".new.99"]
+    assert " ".join(agent_output(script, tmp_path)).split() == [
+        "60",
+        "1",
+        "61",
+        "f00.0",
+        "f29.59",
+        ".new.99",
+    ]
