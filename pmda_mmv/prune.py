@@ -205,7 +205,7 @@ def _departed(pid: int) -> str:
     try:
         process = psutil.Process(pid)
         zombie = process.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
+    except (psutil.Error, ValueError):  # ValueError: a negative pid
         return f"writer process {pid} has exited (MMV_FLAG_PROCESS)"
     if zombie:
         return f"writer process {pid} has exited, not yet reaped (MMV_FLAG_PROCESS)"

@@ -146,6 +146,9 @@ def populate(
     dead = sample()
     dead.flags, dead.process = fmt.FLAG_PROCESS, 0
     dead.write(d / "pid0")  # PROCESS with no pid: served as the C agent does, kept
+    minus = sample()
+    minus.flags, minus.process = fmt.FLAG_PROCESS, -1
+    minus.write(d / "minus")  # no such process: the agent calls it exited, so does prune
     time.sleep(max(0.0, created(reused) + PID_SLACK + 0.5 - time.time()))
     newcomer = later()
     set_pid(reused, newcomer.pid)
@@ -168,10 +171,11 @@ def test_prune_removes_exactly_the_files_of_departed_writers(
     assert {p.name for p in d.iterdir()} == every  # nothing removed
     assert dry.stdout.splitlines() == [
         f"would remove {d}/exited: writer process {pids['exited']} has exited (MMV_FLAG_PROCESS)",
+        f"would remove {d}/minus: writer process -1 has exited (MMV_FLAG_PROCESS)",
         f"would remove {d}/reused: writer process {pids['reused']} has exited: pid "
         f"{pids['reused']} now belongs to a process started after the file (pid reused; "
         "MMV_FLAG_PROCESS)",
-        f"{d}: 2 files would be removed, 6 kept (1 with a live writer, 2 not PROCESS, "
+        f"{d}: 3 files would be removed, 6 kept (1 with a live writer, 2 not PROCESS, "
         "1 not a valid MMV file, 1 not a regular file, 1 dot-file)",
     ]
 
@@ -180,11 +184,12 @@ def test_prune_removes_exactly_the_files_of_departed_writers(
     assert {p.name for p in d.iterdir()} == KEPT
     lines = done.stdout.splitlines()
     assert lines[-1] == (
-        f"{d}: 2 files removed, 6 kept (1 with a live writer, 2 not PROCESS, "
+        f"{d}: 3 files removed, 6 kept (1 with a live writer, 2 not PROCESS, "
         "1 not a valid MMV file, 1 not a regular file, 1 dot-file)"
     )
+    removed = [f"removed {d}/{n}" for n in ("exited", "minus", "reused")]
     assert sorted(ln.split(":")[0] for ln in lines[:-1]) == sorted(
-        [f"removed {d}/exited", f"removed {d}/reused"] + [f"kept {d}/{n}" for n in KEPT]
+        removed + [f"kept {d}/{n}" for n in KEPT]
     )
     assert f"kept {d}/live: writer process {pids['live']} is running" in lines
     assert f"kept {d}/link: not a regular file (symlink)" in lines
@@ -209,7 +214,7 @@ def test_prune_removes_what_check_calls_exited(
     )
     exited = {Path(r["file"]).name for r in json.loads(check.stdout) if r["status"] == "exited"}
     # the symlink's target is outside the directory: the agent refuses it, prune keeps it
-    assert exited == {"exited", "reused"}
+    assert exited == {"exited", "minus", "reused"}
     before = {p.name for p in d.iterdir()}
     assert run_prune(str(d)).returncode == 0
     assert before - {p.name for p in d.iterdir()} == exited
@@ -331,8 +336,7 @@ def test_the_agent_forgets_pruned_files_and_serves_the_live_one(
     d = private_mmv_dir
     pmcd = private_pmcd(our_agent(d, "--status-metrics"))
     writers.start(d / "live")
-    for n in range(3):
-        writers.crash(d / f"worker{n}")
+    crashed = [writers.crash(d / f"worker{n}") for n in range(3)]
     states = pmcd.fetch("mmv.control.file.state")
     assert states == {
         "live": '"ok"',
@@ -345,3 +349,8 @@ def test_the_agent_forgets_pruned_files_and_serves_the_live_one(
     assert run.stdout.splitlines()[-1] == f"{d}: 3 files removed, 1 kept (1 with a live writer)"
     assert pmcd.fetch("mmv.control.file.state") == {"live": '"ok"'}
     assert pmcd.fetch("mmv.live.count") == {None: "7"}
+    # each departed writer's file was logged once, however many requests and rescans
+    log = pmcd.agent_log()
+    for n, pid in enumerate(crashed):
+        line = f"{d}/worker{n}: header.process at offset 32: writer process {pid} has exited"
+        assert log.count(line) == 1, log
