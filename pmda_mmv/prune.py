@@ -134,8 +134,9 @@ class Pruner:
                 return self.keep(path, "MMV_FLAG_PROCESS with pid 0: no writer named", NOT_PROCESS)
             try:
                 writer = self.writers.open(mf)
-            except Exited:
-                self.remove(dfd, name, mf, _departed(pid))
+            except Exited as gone:  # liveness's own words when it has them, else ours
+                why = str(gone) or _departed(pid)
+                self.remove(dfd, name, mf, f"{why} (MMV_FLAG_PROCESS)")
                 return None
             if writer is not None:
                 writer.close()
@@ -206,12 +207,12 @@ def _departed(pid: int) -> str:
         process = psutil.Process(pid)
         zombie = process.status() == psutil.STATUS_ZOMBIE
     except (psutil.Error, ValueError):  # ValueError: a negative pid
-        return f"writer process {pid} has exited (MMV_FLAG_PROCESS)"
+        return f"writer process {pid} has exited"
     if zombie:
-        return f"writer process {pid} has exited, not yet reaped (MMV_FLAG_PROCESS)"
+        return f"writer process {pid} has exited, not yet reaped"
     return (
-        f"writer process {pid} has exited: pid {pid} now belongs to a process started "
-        "after the file (pid reused; MMV_FLAG_PROCESS)"
+        f"writer process {pid} has exited: PID {pid} now belongs to a process started "
+        "after the file (PID reused)"
     )
 
 
