@@ -7,6 +7,9 @@ too).  Without pidfds (Linux < 5.3, or out of descriptors) psutil checks the pro
 scanner's periodic check (:func:`running`).  A live process that started more than PID_SLACK
 seconds after the file's creation (:func:`~.layout.generation_time`) is not its writer but a
 reused PID.
+
+psutil is imported with this module, never lazily: the agent imports everything as root and
+then drops to user pcp, who may not be able to read the venv (a checkout under /root).
 """
 
 from __future__ import annotations
@@ -16,13 +19,12 @@ import os
 import select
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
+
+import psutil
 
 from . import layout as fmt
 from .reader import MmvFile
-
-if TYPE_CHECKING:
-    import psutil  # imported where used: check and debug need it only for PROCESS files
 
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
@@ -62,8 +64,6 @@ class Writers:
         pid = mf.header.process
         if not mf.header.process_flag or pid == 0:
             return None
-        import psutil
-
         writer = Writer(pid)
         try:
             if self.pidfd:
@@ -123,8 +123,6 @@ def exit_reason(path: str, mf: MmvFile) -> str:
 
 def running(writer: Writer) -> bool:
     """psutil's answer, for a writer no pidfd watches."""
-    import psutil
-
     try:
         return writer.process is not None and writer.process.is_running()
     except psutil.Error:
