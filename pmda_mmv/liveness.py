@@ -8,8 +8,9 @@ scanner's periodic check (:func:`running`).  A live process that started more th
 seconds after the file's creation (:func:`~.layout.generation_time`) is not its writer but a
 reused PID.
 
-psutil is imported with this module, never lazily: the agent imports everything as root and
-then drops to user pcp, who may not be able to read the venv (a checkout under /root).
+psutil is imported where it is used, so that ``check`` and ``dump`` run without it; the
+agent imports it up front (:mod:`~.pmda`), as root, before it drops to user pcp, who may
+not be able to read the venv (a checkout under /root).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import os
 import select
 import time
 from dataclasses import dataclass
-from typing import Final
-
-import psutil
+from typing import TYPE_CHECKING, Final
 
 from . import layout as fmt
 from .reader import MmvFile
+
+if TYPE_CHECKING:
+    import psutil  # imported where used: check and debug need it only for PROCESS files
 
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 
@@ -64,6 +66,8 @@ class Writers:
         pid = mf.header.process
         if not mf.header.process_flag or pid == 0:
             return None
+        import psutil
+
         writer = Writer(pid)
         try:
             if self.pidfd:
@@ -123,6 +127,8 @@ def exit_reason(path: str, mf: MmvFile) -> str:
 
 def running(writer: Writer) -> bool:
     """psutil's answer, for a writer no pidfd watches."""
+    import psutil
+
     try:
         return writer.process is not None and writer.process.is_running()
     except psutil.Error:

@@ -7,15 +7,17 @@ pcp cannot traverse, fails.  psutil was imported at the first MMV_FLAG_PROCESS f
 ModuleNotFoundError ended every refresh holding one.
 
 Here the agent's own package and its PyPI dependencies (psutil, watchdog) are copied into a
-mode 0700 directory owned by root and put on ``PYTHONPATH`` of Debian's ``/usr/bin/python3``
-(python3-pcp comes from the system's dist-packages): what user pcp can read is exactly what a
-/root checkout's venv gives it.
+mode 0700 directory owned by root, python3-pcp's modules are linked into a readable one, and
+Debian's ``/usr/bin/python3 -S`` (no site-packages: Debian's python3-psutil, if installed,
+cannot stand in) gets both on ``PYTHONPATH``: what user pcp can read is exactly what a /root
+checkout's venv gives it.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,17 +46,36 @@ def unreadable_site() -> Iterator[Path]:
     shutil.rmtree(top)
 
 
+@pytest.fixture
+def pcp_site(private_dir: Path) -> Path:
+    """A readable directory of links to python3-pcp's modules (``pcp``, ``cpmapi`` ...)."""
+    import pcp.pmapi
+    import pcp.pmda
+
+    site = private_dir / "pcp-site"
+    site.mkdir()
+    home = Path(pcp.__file__ or "").parent.parent  # the system's dist-packages
+    for name, module in list(sys.modules.items()):
+        where = Path(getattr(module, "__file__", None) or "/")
+        if "." not in name and where.parent == home:  # cpmapi, cpmda ... (.so)
+            (site / where.name).symlink_to(where)
+    (site / "pcp").symlink_to(home / "pcp")
+    assert pcp.pmda and pcp.pmapi and (site / "pcp").exists()
+    return site
+
+
 def test_process_files_are_served_from_a_checkout_pcp_cannot_read(
-    private_pmcd: Start, private_mmv_dir: Path, unreadable_site: Path
+    private_pmcd: Start, private_mmv_dir: Path, unreadable_site: Path, pcp_site: Path
 ) -> None:
     denied = subprocess.run(
         ["runuser", "-u", "pcp", "--", "test", "-r", str(unreadable_site / "pmda_mmv")],
         check=False,
     )
     assert denied.returncode != 0, "user pcp can read the copy: the test would prove nothing"
-    argv = ("/usr/bin/python3", "-P", "-m", "pmda_mmv", "pmda", "-d", str(MMV_DOMAIN))
+    argv = ("/usr/bin/python3", "-S", "-P", "-m", "pmda_mmv", "pmda", "-d", str(MMV_DOMAIN))
     argv += ("--dir", str(private_mmv_dir), "-l", "mmv.log", "--notready")
-    agent = AgentSpec("mmv", MMV_DOMAIN, argv, {"PYTHONPATH": str(unreadable_site)}, True)
+    path = f"{unreadable_site}:{pcp_site}"
+    agent = AgentSpec("mmv", MMV_DOMAIN, argv, {"PYTHONPATH": path}, notready=True)
     live = write_pcp_mmv(private_mmv_dir / "live", cluster=12, flags=fmt.FLAG_PROCESS)
     publish(private_mmv_dir / "plain", single(cluster=13, value=7))
     pmcd = private_pmcd(agent)
