@@ -71,7 +71,7 @@ class Report:
 
 
 class Pruner:
-    """Prune ``directory``; each line of output goes to ``say``."""
+    """Prune ``directory``, writing one line per file (and the summary) to ``out``."""
 
     def __init__(
         self, directory: str, out: TextIO, *, dry_run: bool, verbose: bool, max_size: int
