@@ -43,6 +43,7 @@ def pmproxy_agent() -> AgentSpec:
     (directory: the default, ``$PCP_TMP_DIR/pmproxy`` of pmcd's environment)."""
     argv: tuple[str, ...] = (sys.executable, "-P", "-m", "pmda_mmv", "pmda")
     argv += ("--prefix", "pmproxy", "-d", str(PMPROXY_DOMAIN), "-l", "pmproxy.log", "--notready")
+    argv += ("--registry", "none")  # never the system's registry (4.mmv-identity.json)
     return AgentSpec("pmproxy", PMPROXY_DOMAIN, argv, notready=True)
 
 
