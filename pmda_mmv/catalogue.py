@@ -189,8 +189,9 @@ class Catalogue:
         if record is not None and asked in (0, record.asked):
             own = record.cluster  # a returning name: its own cluster, whoever asks for it
             if own not in taken or self.shareable(mf, own):
+                if asked and own != asked:  # moved when it first came: said, not logged
+                    self.identity = self._moved(mf, asked, own)
                 return own
-        holders: list[Key] = []
         if asked:
             if asked in taken:
                 if self.shareable(mf, asked):
@@ -200,21 +201,25 @@ class Catalogue:
                 if not holders or self._rejoins(mf, asked, holders):
                     return asked
             if record is not None and record.cluster not in taken:
+                self.identity = self._moved(mf, asked, record.cluster)
                 return record.cluster  # asks for another cluster it cannot have: keeps its own
         c = self._free_cluster(requested)
         if c is None:
             return None
         if asked:
-            if asked in taken:
-                who = f"served to {self._served_in(asked)}"
-            else:
-                who = f"held by {describe(holders[0])} (departed)" if holders else "held"
-            self.identity = f"asked for cluster {asked}, {who}: served as cluster {c}"
+            self.identity = self._moved(mf, asked, c)
             self.info(f"{mf.path}: {fmt.header_field('cluster')}: {self.identity}")
         return c
 
-    def _served_in(self, cluster: int) -> str:
-        return next((e.name for e in self.files.values() if e.cluster == cluster), "?")
+    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
+        """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
+        if asked in self.owners:
+            holder = next((e.name for e in self.files.values() if e.cluster == asked), "?")
+            who = f"served to {holder}"
+        else:
+            holders = self.registry.holders(asked, (mf.name, mf.uid))
+            who = f"held by {describe(holders[0])} (departed)" if holders else "free now"
+        return f"asked for cluster {asked}, {who}: served as cluster {cluster}"
 
     def _rejoins(self, mf: MmvFile, cluster: int, holders: list[Key]) -> bool:
         """Whether ``mf`` may take ``cluster``, held by departed ``holders`` only: a

@@ -143,11 +143,21 @@ def private_registry(mmv_dir: Path, extra: Sequence[str]) -> tuple[str, ...]:
     ($PCP_VAR_DIR/config/pmda/70.mmv-identity.json)."""
     if any(a == "--registry" or a.startswith("--registry=") for a in extra):
         return ()
-    return ("--registry", str(Path(mmv_dir).parent / REGISTRY_NAME))
+    return ("--registry", str(registry_dir(mmv_dir) / REGISTRY_NAME))
 
 
 REGISTRY_NAME = "mmv-identity.json"
-"""The private agents' identity registry, beside their MMV directory."""
+"""The private agents' identity registry, in ``identity/`` beside their MMV directory."""
+
+
+def registry_dir(mmv_dir: Path) -> Path:
+    """``identity/`` beside ``mmv_dir``, writable by the user the agent runs as (it drops
+    to the PCP user before it saves the registry)."""
+    path = make_dir(Path(mmv_dir).parent / "identity")
+    if os.geteuid() == 0:
+        user = pwd.getpwnam(pcp_config("PCP_USER", "pcp"))
+        os.chown(path, user.pw_uid, user.pw_gid)
+    return path
 
 
 def our_agent(mmv_dir: Path, *extra: str, notready: bool = True) -> AgentSpec:
