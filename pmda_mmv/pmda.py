@@ -271,7 +271,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.model.snapshot_cluster(cluster, self.reload_changed)
 
     def reload_changed(self, entry: FileEntry, error: Changed) -> None:
-        self.log_line(f"{error}; reloading")
+        self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
         self.apply(self.scanner.reload(entry.name))
 
     # -- store
