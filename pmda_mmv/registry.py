@@ -51,6 +51,7 @@ class Record:
     asked: int
     noprefix: bool = False
     indoms: dict[int, int] = field(default_factory=dict)
+    note: str = ""  # why it is not where it asked, as said when it was numbered
 
 
 def default_path(var_dir: str, domain: int) -> str:
@@ -122,11 +123,18 @@ class Registry:
     # -- changes
 
     def serve(
-        self, key: Key, cluster: int, asked: int, noprefix: bool, indoms: dict[int, int]
+        self,
+        key: Key,
+        cluster: int,
+        asked: int,
+        noprefix: bool,
+        indoms: dict[int, int],
+        note: str = "",
     ) -> None:
-        """``key`` is served with these numbers (now present, newest)."""
+        """``key`` is served with these numbers (now present, newest); ``note``: why it is
+        not served where it asked (kept: ``check`` shows it after the holder is gone)."""
         old = self.records.get(key)
-        new = Record(cluster, asked, noprefix, dict(indoms))
+        new = Record(cluster, asked, noprefix, dict(indoms), note)
         if old is not None:
             if old == new and key in self.present and next(reversed(self.records)) == key:
                 return
@@ -280,6 +288,8 @@ class Registry:
                 "indoms": {str(s): p for s, p in sorted(r.indoms.items())},
                 "present": key in self.present,
             }
+            if r.note:
+                doc["note"] = r.note
             lines[key] = json.dumps(doc)
         body = ",\n".join(lines[key] for key in self.records)
         return f'{{"version": {VERSION}, "names": [\n{body}\n]}}\n'
@@ -327,6 +337,7 @@ def _parse(text: str) -> Iterable[tuple[Key, Record]]:
             _int(item.get("asked", 0), 0, MAX_CLUSTER),
             bool(item.get("noprefix", False)),
             {_int(int(s), 0, MAX_SERIAL): _int(p, 1, MAX_SERIAL) for s, p in indoms.items()},
+            str(item.get("note", "")),
         )
         records.append(((name, _int(item["uid"], 0, (1 << 32) - 1)), record))
     return records
