@@ -90,6 +90,7 @@ class Registry:
         self.problem = ""  # the last load or save problem ("" when none)
         self.saves = 0
         self._lines: dict[Key, str] = {}  # each record's JSON line, until it changes
+        self._capped = False  # the cap was reached (logged once)
 
     # -- queries
 
@@ -204,10 +205,11 @@ class Registry:
         departed = [k for k in self.records if k not in self.present][:excess]
         for key in departed:
             self.forget(key)
-        if departed:
+        if departed and not self._capped:  # once: a directory of PID-named files does it
+            self._capped = True  # every few hundred names, for ever
             self.log(
                 f"identity registry: more than {self.cap} names remembered (--registry-cap): "
-                f"forgot the {len(departed)} longest departed, from {describe(departed[0])}"
+                f"the longest departed are forgotten from now on, from {describe(departed[0])}"
             )
 
     # -- persistence

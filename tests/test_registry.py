@@ -194,7 +194,8 @@ def test_check_reads_the_registry_and_explains_numbers(tmp_path: Path) -> None:
 
 
 def test_cap_forgets_the_longest_departed_first() -> None:
-    r = Registry(cap=8)
+    logged: list[str] = []
+    r = Registry(cap=8, log=logged.append)
     r.serve(("stays", 0), 1, 0, False, {})
     for n in range(40):
         r.serve((f"gone{n}", 0), n + 2, 0, False, {n: n + 100})
@@ -204,6 +205,8 @@ def test_cap_forgets_the_longest_departed_first() -> None:
     assert "stays" in names and "gone39" in names and "gone0" not in names
     assert not r.cluster_held(2) and not r.serial_held(100)  # forgotten numbers are free
     assert r.cluster_held(41) and r.serial_held(139)
+    assert len(logged) == 1 and "more than 8 names remembered" in logged[0]  # once
+    assert r.evicted == 40 - 8
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
