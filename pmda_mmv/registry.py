@@ -137,15 +137,14 @@ class Registry:
         old = self.records.get(key)
         new = Record(cluster, asked, noprefix, dict(indoms), note)
         if old is not None:
-            if old == new and key in self.present and next(reversed(self.records)) == key:
-                return
             self._unlink(key, old)
             del self.records[key]
         self.records[key] = new
         self._lines.pop(key, None)
         self._link(key, new)
         self.present.add(key)
-        self.dirty = True
+        if old != new:  # new numbers: on disk before they are served (a file reloaded or
+            self.dirty = True  # back with its own numbers costs no save)
         self._trim()
 
     def depart(self, key: Key) -> None:
@@ -156,9 +155,8 @@ class Registry:
         self._lines.pop(key, None)
         record = self.records.pop(key, None)
         if record is not None:
-            self.records[key] = record
-        self.dirty = True
-        self._trim()
+            self.records[key] = record  # saved with the next change (the order only
+        self._trim()  # decides which departed name is forgotten first)
 
     def forget(self, key: Key) -> Record | None:
         record = self.records.pop(key, None)

@@ -285,3 +285,15 @@ def test_readonly_and_memory_registries_write_nothing(tmp_path: Path) -> None:
 
 def test_default_path_is_under_pcp_var_dir() -> None:
     assert default_path("/var/lib/pcp", 70) == "/var/lib/pcp/config/pmda/70.mmv-identity.json"
+
+
+def test_only_new_numbers_make_a_save(tmp_path: Path, cat: Catalogue) -> None:
+    # a writer rewriting its file (a new generation) is reloaded under its own numbers:
+    # no save, so reloads and departures cost no fsync inside the request
+    assert serve(cat, load(tmp_path, "app", build(5, indom=2))) == 5
+    assert cat.registry.dirty and cat.registry.save()
+    gone(cat, "app")
+    assert serve(cat, load(tmp_path, "app", build(5, indom=2))) == 5
+    assert not cat.registry.dirty
+    serve(cat, load(tmp_path, "other", build(0)))
+    assert cat.registry.dirty
