@@ -48,6 +48,7 @@ class Loader:
         clock: Callable[[], float],
         pidfd: bool,
         max_total: int,
+        info: Log | None = None,
     ) -> None:
         self.directory = directory
         self._prefix = os.path.join(directory, "")
@@ -57,6 +58,8 @@ class Loader:
         self.not_ready_grace = not_ready_grace
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
+        benign: Log = info or sink
+        self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
@@ -70,7 +73,7 @@ class Loader:
         self._instances: dict[str, int] = {}  # name -> status instance id (catalogue.remember)
         self._next_instance = 0
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
-        self._backoff = Backoff(self.states, self.log)
+        self._backoff = Backoff(self.states, self.info)  # "not ready yet" is benign
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._writers = Writers(pidfd)
         self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
@@ -362,7 +365,7 @@ class Loader:
             self._not_ready.add(state.name)
         else:
             if changed and not logged:
-                self.log(problem)
+                (self.info if new == EXITED else self.log)(problem)
             self._not_ready.discard(state.name)
             self._backoff.unpeek(state)
         if changed:

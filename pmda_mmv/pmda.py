@@ -27,8 +27,9 @@ from . import layout as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from .control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
 from .errors import Changed
-from .options import Options, parse_args
+from .options import Options, parse_args, registry_path
 from .ratelimit import LogLimit
+from .registry import Registry
 from .rules import printable
 from .scanner import Changes, Scanner
 from .serving import Serving
@@ -53,8 +54,15 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         directory = opts.directory or os.path.join(
             pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
         )
-        self.file_log = LogLimit(self.err)  # one limiter for every line about a file
-        self.catalogue = Catalogue(opts.prefix, log=self.file_log)
+        # one limiter for every line about a file: errors (LOG_ERR) and benign events
+        # (LOG_INFO: a writer's exit, a file not ready yet, a number reassigned)
+        self.file_log = LogLimit(self.err, info=self.log)
+        path = registry_path(opts.registry, opts.domain, pmContext.pmGetConfig("PCP_VAR_DIR"))
+        self.registry = Registry(path, opts.registry_cap, log=self.file_log)
+        self.registry.load()  # before the first scan (and before set_user: read as started)
+        self.catalogue = Catalogue(
+            opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
+        )
         self.scanner = Scanner(
             directory,
             self.catalogue,
@@ -62,6 +70,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             max_size=opts.max_size,
             max_total=opts.max_total,
             log=self.file_log,
+            info=self.file_log.info,
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line)
@@ -204,6 +213,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         callback returns: the PMID hash's count is set right first (pmidhash.py)."""
         if not changes:
             return
+        self.registry.save()  # every new number on disk before pmcd can see it
         try:
             self._apply(changes)
         finally:
@@ -262,7 +272,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.model.snapshot_cluster(cluster, self.reload_changed)
 
     def reload_changed(self, entry: FileEntry, error: Changed) -> None:
-        self.log_line(f"{error}; reloading")
+        self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
         self.apply(self.scanner.reload(entry.name))
 
     # -- store

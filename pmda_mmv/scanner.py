@@ -84,6 +84,7 @@ class Scanner(Loader):
         pidfd: bool = True,
         budget: float | None = BUDGET,
         max_total: int = MAX_TOTAL,
+        info: Log | None = None,
     ) -> None:
         super().__init__(
             directory,
@@ -95,6 +96,7 @@ class Scanner(Loader):
             clock=clock,
             pidfd=pidfd,
             max_total=max_total,
+            info=info,
         )
         self.check_interval = check_interval
         self.budget = budget

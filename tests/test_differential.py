@@ -301,7 +301,8 @@ class OurAgent:
         self.empty = make_dir(base / "empty")
         self.link = base / "current"
         self.link.symlink_to(self.empty)
-        self.pmcd = PrivatePmcd(base / "pmcd", [our_agent(self.link)])
+        # memory only: a fresh agent per case, as each C command is, remembers nothing
+        self.pmcd = PrivatePmcd(base / "pmcd", [our_agent(self.link, "--registry", "none")])
 
     def agents(self) -> list[psutil.Process]:
         """The agent processes pmcd runs now (not zombies)."""

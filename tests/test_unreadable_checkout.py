@@ -74,6 +74,7 @@ def test_process_files_are_served_from_a_checkout_pcp_cannot_read(
     assert denied.returncode != 0, "user pcp can read the copy: the test would prove nothing"
     argv = ("/usr/bin/python3", "-S", "-P", "-m", "pmda_mmv", "pmda", "-d", str(MMV_DOMAIN))
     argv += ("--dir", str(private_mmv_dir), "-l", "mmv.log", "--notready")
+    argv += ("--registry", "none")  # never the system's identity registry
     path = f"{unreadable_site}:{pcp_site}"
     agent = AgentSpec("mmv", MMV_DOMAIN, argv, {"PYTHONPATH": path}, notready=True)
     live = write_pcp_mmv(private_mmv_dir / "live", cluster=12, flags=fmt.FLAG_PROCESS)
