@@ -5,9 +5,10 @@ is built for /usr/bin/python3).  It reads commands from stdin, one a line:
 
 ``write PATH PID CLUSTER``
     write PATH with python3-pcp's ``pcp.mmv`` (libpcp_mmv, MMV_FLAG_PROCESS: the header holds
-    the writer's PID in this namespace) from the process of PID ``PID`` here: PID 1 is this
-    process (the namespace's init, as a container's entrypoint); any other is a child forked
-    at that PID (``/proc/sys/kernel/ns_last_pid``, this namespace's own).  ``mmv.<file>.alive``
+    the writer's PID in this namespace) from the process of PID ``PID`` here: this process
+    for its own PID (1: the namespace's init, as a container's entrypoint) or 0 (run without
+    unshare: a host writer); any other is a child forked at that PID
+    (``/proc/sys/kernel/ns_last_pid``, this namespace's own).  ``mmv.<file>.alive``
     holds 17.  Replies ``ready PID``.
 
 The writer keeps its mapping until stdin ends; the namespace's init waits for its children.
@@ -34,7 +35,7 @@ def main() -> None:
     if not line or line[0] != "write":
         return
     path, pid, cluster = line[1], int(line[2]), int(line[3])
-    if pid != os.getpid():
+    if pid not in (0, os.getpid()):
         with open("/proc/sys/kernel/ns_last_pid", "w") as f:
             f.write(str(pid - 1))
         child = os.fork()
@@ -42,7 +43,7 @@ def main() -> None:
             os.waitpid(child, 0)
             return
     kept = write(path, cluster)
-    print(f"ready {os.getpid()}", flush=True)
+    print(f"ready {os.getpid() if pid else 0}", flush=True)
     sys.stdin.read()
     del kept
 
