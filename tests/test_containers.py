@@ -51,10 +51,9 @@ class NsWriter:
 
     def kill(self) -> None:
         """``kill -9`` the writer (not its namespace's init, unless it is the writer)."""
-        os.kill(self.pid, signal.SIGKILL)
-        psutil.wait_procs([psutil.Process(self.pid)], timeout=10)
-        while psutil.pid_exists(self.pid) and psutil.Process(self.pid).status() != "zombie":
-            time.sleep(0.01)
+        proc = psutil.Process(self.pid)  # before it can be reaped (by its parent)
+        proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs([proc], timeout=10)
 
     def stop(self) -> None:
         if self.unshare.stdin is not None:
@@ -151,10 +150,14 @@ def served(agent: Agent, metric: str, want: str = "1 17") -> str:
     return got
 
 
+def cli(*args: str) -> str:
+    """The output of ``pmda-mmv ARGS`` (run as root: it reads the writers' maps)."""
+    cmd = [sys.executable, "-m", "pmda_mmv", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+
 def check_json(path: Path) -> dict[str, object]:
-    cmd = [sys.executable, "-m", "pmda_mmv", "check", "--json", str(path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    result = json.loads(proc.stdout)
+    result = json.loads(cli("check", "--json", str(path)))
     assert len(result) == 1
     return dict(result[0])
 
@@ -184,6 +187,8 @@ def test_a_namespaced_writer_is_served_while_alive_and_gone_after_kill(
             "container": cgroup[1],
             "cgroup": doc["writer"]["cgroup"],  # type: ignore[index]
         }
+        text = cli("check", str(path)).splitlines()
+        assert text[1:] == [f"  writer: process {inner} (PID {w.pid} here), container {cgroup[1]}"]
         w.kill()
         assert psutil.pid_exists(inner) is (inner < 3)  # host init and kthreadd live on
         assert agent.probe(metric)[metric].startswith(UNKNOWN_NAME)  # the next request
@@ -216,6 +221,9 @@ def test_a_host_process_holding_the_header_pid_is_not_the_writer(
         message = doc["problems"][0]["message"]  # type: ignore[index]
         assert f"writer PID {holder.pid} not found in this PID namespace or any other" in message
         assert f"PID {holder.pid} here does not have this file mapped or open" in message
+        # the same words from debug (and, for the agent, its log and last_problem)
+        lines = cli("debug", "--once", "--dir", str(agent.dir)).splitlines()
+        assert [ln for ln in lines if "held" in ln and message in ln], lines
     finally:
         w.stop()
         holder.kill()
