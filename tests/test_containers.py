@@ -26,9 +26,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.liveness import Writers, container_of, innermost
 from pmda_mmv.scanner import OK, Scanner
+from tests.mmvbuild import Label, sample
 from tests.pmcd import kept_dir
 from tests.test_hardening import UNKNOWN_NAME, Agent, start_agent
 
@@ -62,9 +64,12 @@ class NsWriter:
         self.unshare.wait(30)
 
 
-def ns_writer(path: Path, inner: int, cluster: int, cgroup: Path | None = None) -> NsWriter:
+def ns_writer(
+    path: Path, inner: int, cluster: int, cgroup: Path | None = None, mapper: bool = False
+) -> NsWriter:
     """Start a namespaced writer of ``path`` at PID ``inner`` in its namespace, in
-    ``cgroup`` (a cgroup directory) when given; returns once the file is written."""
+    ``cgroup`` (a cgroup directory) when given; returns once the file is written (with
+    ``mapper``: once the file already written is mapped)."""
     cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PYTHON, str(NAMESPACED)]
     unshare = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     w = NsWriter(unshare, inner)
@@ -73,7 +78,8 @@ def ns_writer(path: Path, inner: int, cluster: int, cgroup: Path | None = None) 
         if cgroup is not None:
             (cgroup / "cgroup.procs").write_text(f"{init}\n")
         assert unshare.stdin is not None and unshare.stdout is not None
-        unshare.stdin.write(f"write {path} {inner} {cluster}\n")
+        command = f"map {path} {inner}" if mapper else f"write {path} {inner} {cluster}"
+        unshare.stdin.write(command + "\n")
         unshare.stdin.flush()
         assert unshare.stdout.readline() == f"ready {inner}\n"
         found = [p for p in _tree(init) if (innermost("/proc", p) or [0])[-1] == inner]
@@ -280,3 +286,36 @@ def test_the_writer_search_is_bounded_by_the_request_budget(
     finally:
         for w in writers:
             w.stop()
+
+
+def test_a_container_cannot_forge_its_container_label(
+    tmp_path: Path, cgroup: tuple[Path | None, str]
+) -> None:
+    # a file of a container writer that sets "container" itself, at every level: the
+    # agent's label (from the writer's cgroup) replaces it; "app" is the file's own
+    b = sample(labels=True)
+    b.flags, b.process, b.generation = fmt.FLAG_PROCESS, 1, int(time.time()) << 32
+    forged = '{"container":"host"}'
+    b.labels += [
+        Label(fmt.LABEL_CLUSTER, 12, forged),
+        Label(fmt.LABEL_ITEM, 1, forged),
+        Label(fmt.LABEL_INDOM, 3, forged),
+        Label(fmt.LABEL_INSTANCES, 3, forged, internal=7),
+    ]
+    b.write(tmp_path / "forger")
+    w = ns_writer(tmp_path / "forger", 1, 0, cgroup[0], mapper=True)
+    try:
+        scanner = Scanner(str(tmp_path), Catalogue())
+        scanner.refresh(force=True)
+        entry = scanner.catalogue.files["forger"]
+        state = scanner.states["forger"]
+        assert state.writer is not None and state.writer.pid == w.pid
+        assert state.writer.confirmed  # root reads the maps
+        real = f'"container":"{cgroup[1]}"'
+        assert '"app":"sample"' in entry.labels and real in entry.labels
+        item1 = next(sm for sm in entry.metrics if sm.metric.item == 1)
+        texts = [entry.labels, item1.labels, entry.indoms[3].labels]
+        texts.append(entry.indoms[3].instance_labels[7][0])
+        assert all(real in t and '"host"' not in t for t in texts), texts
+    finally:
+        w.stop()

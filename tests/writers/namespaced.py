@@ -11,11 +11,17 @@ is built for /usr/bin/python3).  It reads commands from stdin, one a line:
     (``/proc/sys/kernel/ns_last_pid``, this namespace's own).  ``mmv.<file>.alive``
     holds 17.  Replies ``ready PID``.
 
+``map PATH PID``
+    map the file PATH (written by the test, e.g. with tests/mmvbuild.py) from the process of
+    PID ``PID`` here, as its writer does: the agent takes a process that has the file mapped
+    for its writer.  Replies ``ready PID``.
+
 The writer keeps its mapping until stdin ends; the namespace's init waits for its children.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 
@@ -32,9 +38,9 @@ def write(path: str, cluster: int) -> object:
 
 def main() -> None:
     line = sys.stdin.readline().split()
-    if not line or line[0] != "write":
+    if not line or line[0] not in ("write", "map"):
         return
-    path, pid, cluster = line[1], int(line[2]), int(line[3])
+    path, pid = line[1], int(line[2])
     if pid not in (0, os.getpid()):
         with open("/proc/sys/kernel/ns_last_pid", "w") as f:
             f.write(str(pid - 1))
@@ -42,7 +48,11 @@ def main() -> None:
         if child:
             os.waitpid(child, 0)
             return
-    kept = write(path, cluster)
+    if line[0] == "map":
+        with open(path, "rb") as f:
+            kept: object = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    else:
+        kept = write(path, int(line[3]))
     print(f"ready {os.getpid() if pid else 0}", flush=True)
     sys.stdin.read()
     del kept
