@@ -16,8 +16,11 @@ load (:meth:`Writers.open`):
 * Evidence: a candidate whose ``/proc/<pid>/maps`` (or ``fd``) shows the file's device and
   inode is its writer; one whose maps are readable and do not is not, nor a kernel thread.
   Maps are readable for processes of the agent's user (and all of them for root): for other
-  users' processes the agent cannot look, and takes the candidate that started last before
-  the file was created, never the agent's own PID 1 (init) unless its maps show the file.
+  users' processes the agent cannot look, and takes, among those whose mounts reach the
+  file (``/proc/<pid>/mountinfo``, readable by all: a mount of the file's device whose root
+  holds the file's path; a container without the directory bind-mounted cannot be its
+  writer), the candidate that started last before the file was created, never the agent's
+  own PID 1 (init) unless its maps show the file.
 * A live candidate that started more than PID_SLACK seconds after the file's creation
   (:func:`~.layout.generation_time`) is not the writer but a reused PID.
 
@@ -237,6 +240,59 @@ def holds(proc: str, pid: int, dev: int, ino: int) -> bool | None:
     return False
 
 
+def mounts(proc: str, pid: int | str) -> list[tuple[int, str, str]] | None:
+    """(device, root within its filesystem, mount point) of each mount ``pid`` sees, or
+    None when its mountinfo cannot be read."""
+    try:
+        with open(f"{proc}/{pid}/mountinfo", "rb") as f:
+            data = f.read(MAX_MAPS)
+    except OSError:
+        return None
+    out = []
+    for line in data.splitlines():
+        fields = line.split(b" ", 5)
+        if len(fields) < 5 or fields[2].count(b":") != 1:
+            continue
+        major, minor = fields[2].split(b":")
+        try:
+            dev = os.makedev(int(major), int(minor))
+        except ValueError:
+            continue
+        out.append((dev, _unescape(fields[3]), _unescape(fields[4])))
+    return out
+
+
+def _unescape(field: bytes) -> str:
+    """A mountinfo path: octal escapes (``\\040`` for a space) decoded."""
+    text = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
+    return os.fsdecode(text)
+
+
+def fs_path(proc: str, path: str, dev: int) -> str | None:
+    """The path of ``path`` (on device ``dev``) within its filesystem, from the agent's own
+    mounts; None when no mount of ``dev`` holds it (btrfs subvolumes, overlayfs)."""
+    real = os.path.realpath(path)
+    best: tuple[int, str] | None = None
+    for mdev, root, point in mounts(proc, "self") or ():
+        if mdev == dev and _under(real, point) and (best is None or len(point) > best[0]):
+            rest = real[len(point) :].lstrip("/") if point != "/" else real.lstrip("/")
+            best = (len(point), os.path.join(root, rest))
+    return best[1] if best else None
+
+
+def reaches(proc: str, pid: int, dev: int, path: str) -> bool | None:
+    """Whether process ``pid`` has a mount of device ``dev`` whose root holds ``path``
+    (within the filesystem): None when its mountinfo cannot be read."""
+    seen = mounts(proc, pid)
+    if seen is None:
+        return None
+    return any(mdev == dev and _under(path, root) for mdev, root, _ in seen)
+
+
+def _under(path: str, top: str) -> bool:
+    return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def cgroup_of(proc: str, pid: int) -> str:
     """The cgroup path of ``pid``: the first that is not the root of the unified (v2)
     hierarchy's, systemd's (v1) and the v1 controllers', in that order; "" when unknown."""
@@ -265,6 +321,7 @@ class _Candidate:
     started: float  # seconds since the epoch
     holds: bool | None
     kthread: bool = False
+    reaches: bool | None = None  # its mounts reach the file (looked at when holds is None)
 
     def why_not(self) -> str:
         """Why this process of the header's PID is not taken for the writer."""
@@ -272,6 +329,8 @@ class _Candidate:
         who = f"PID {self.nspid[-1]} {where}"
         if self.kthread:
             return f"{who} is a kernel thread"
+        if self.holds is None and self.reaches is False:
+            return f"{who} has no mount that holds this file"
         if self.holds is None:  # the agent's own init, whose maps it may not read
             return f"{who} is init, whose maps the agent may not read"
         return f"{who} does not have this file mapped or open"
@@ -305,14 +364,15 @@ class Writers:
         st = os.fstat(mf.fd)
         dev, ino = st.st_dev, st.st_ino
         created = fmt.generation_time(mf.header.g1, time.time())
-        fast = self._candidate(pid, dev, ino)
+        fast = self._candidate(pid, dev, ino, None)
         if fast is not None and fast.holds and len(fast.nspid) == 1:
             return self._follow(fast, pid, created)
+        where = fs_path(self.proc, mf.path, dev)
         # the writer existed when the file was created (or last written): a walk that
         # listed /proc since then holds it
         since = st.st_mtime if created is None else created
         index = self._walk(min(since, time.time()), deadline)
-        found = [self._candidate(p, dev, ino) for p in index.by_inner.get(pid, ())]
+        found = [self._candidate(p, dev, ino, where) for p in index.by_inner.get(pid, ())]
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
         return self._follow(self._choose(pid, cands, created), pid, created)
 
@@ -330,14 +390,20 @@ class Writers:
                 return index
         raise Searching
 
-    def _candidate(self, pid: int, dev: int, ino: int) -> _Candidate | None:
+    def _candidate(self, pid: int, dev: int, ino: int, where: str | None) -> _Candidate | None:
+        """Process ``pid`` as a candidate writer of the file (``dev``, ``ino``), at ``where``
+        within its filesystem (None: not known, its mounts are not looked at)."""
         nspid = innermost(self.proc, pid)
         st = _stat(self.proc, pid)
         if nspid is None or st is None:
             return None
         started, flags = st
-        evidence = False if flags & PF_KTHREAD else holds(self.proc, pid, dev, ino)
-        return _Candidate(pid, nspid, self._boot + started, evidence, bool(flags & PF_KTHREAD))
+        kthread = bool(flags & PF_KTHREAD)
+        evidence = False if kthread else holds(self.proc, pid, dev, ino)
+        cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread)
+        if evidence is None and where is not None:
+            cand.reaches = reaches(self.proc, pid, dev, where)
+        return cand
 
     def _choose(self, pid: int, cands: list[_Candidate], created: float | None) -> _Candidate:
         """The writer among the processes of innermost PID ``pid``: the one whose maps show
@@ -350,14 +416,17 @@ class Writers:
         confirmed = [c for c in timely if c.holds]
         if confirmed:
             return max(confirmed, key=lambda c: c.started)
-        unknown = [c for c in timely if c.holds is None and c.pid != 1]
+        unknown = [c for c in timely if c.holds is None and c.pid != 1 and c.reaches is not False]
         if unknown:
             return max(unknown, key=lambda c: c.started)
-        if late:
+        if late and not timely:  # every holder of that PID started after the file
             here = next((c for c in late if len(c.nspid) == 1), late[0])
             return _reused(pid, here)
-        seen = "; ".join(c.why_not() for c in cands[:3])
-        raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other: {seen}")
+        # what was seen of the agent's own process of that number (the host's init, a
+        # process that does not map the file): those of other namespaces come and go
+        mine = [c.why_not() for c in timely if len(c.nspid) == 1]
+        seen = f": {mine[0]}" if mine else ""
+        raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other{seen}")
 
     def _follow(self, cand: _Candidate, pid: int, created: float | None) -> Writer:
         """Open the chosen process (pidfd, psutil); NoWriter when it went meanwhile."""

@@ -40,6 +40,7 @@ NAMESPACED = Path(__file__).parent / "writers" / "namespaced.py"
 PYTHON = "/usr/bin/python3"  # python3-pcp's
 CONTAINER_ID = "c0ffee" * 10 + "c0de"
 CGROUPS = Path("/sys/fs/cgroup")
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
 @dataclass
@@ -70,7 +71,7 @@ def ns_writer(
     """Start a namespaced writer of ``path`` at PID ``inner`` in its namespace, in
     ``cgroup`` (a cgroup directory) when given; returns once the file is written (with
     ``mapper``: once the file already written is mapped)."""
-    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PYTHON, str(NAMESPACED)]
+    cmd = [*UNSHARE, PYTHON, str(NAMESPACED)]
     unshare = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     w = NsWriter(unshare, inner)
     try:
@@ -90,6 +91,16 @@ def ns_writer(
         w.stop()
         raise
     return w
+
+
+def _namespaced_inits() -> list[tuple[int, str, float]]:
+    """The processes that are PID 1 of another PID namespace: (PID here, command, start)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "create_time"]):
+        ns = innermost("/proc", p.pid) or []
+        if len(ns) > 1 and ns[-1] == 1:
+            found.append((p.pid, " ".join(p.info["cmdline"] or [])[:80], p.info["create_time"]))
+    return found
 
 
 def _child(pid: int) -> int:
@@ -319,3 +330,46 @@ def test_a_container_cannot_forge_its_container_label(
         assert all(real in t and '"host"' not in t for t in texts), texts
     finally:
         w.stop()
+
+
+def test_a_container_whose_mounts_cannot_reach_the_file_is_not_its_writer(
+    request: pytest.FixtureRequest,
+) -> None:
+    # The served directory is a tmpfs of its own.  The writer (PID 1 in its namespace)
+    # shares it; a decoy (PID 1 in another namespace, started after the writer and within
+    # PID_SLACK of the file: by start time alone it would win) has unmounted it.  The agent
+    # (pcp) cannot read either's maps, so only their mounts tell them apart.
+    for base in kept_dir(request, "pmda-mmv-containers-mounts-", "mounts work directory"):
+        mmv_dir = base / "tmp" / "mmv"
+        mmv_dir.mkdir(parents=True)
+        mount = ["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(mmv_dir)]
+        subprocess.run(mount, check=True)
+        stage = mmv_dir / ".stage"  # a directory the agent does not look into
+        stage.mkdir()
+        agent: Agent | None = None
+        writer = decoy = None
+        try:
+            writer = ns_writer(stage / "reach", 1, 470)
+            decoy = subprocess.Popen(
+                [*UNSHARE, "sh", "-c", f"umount {mmv_dir} && echo ready && exec sleep 600"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert decoy.stdout is not None and decoy.stdout.readline() == "ready\n"
+            agent = start_agent(base)
+            os.rename(stage / "reach", mmv_dir / "reach")  # the file the writer maps
+            assert served(agent, "mmv.reach.alive") == "1 17"
+            writer.kill()
+            assert decoy.poll() is None  # alive, and PID 1 in its namespace
+            got = agent.probe("mmv.reach.alive")["mmv.reach.alive"]
+            assert got.startswith(UNKNOWN_NAME), (got, _namespaced_inits(), decoy.pid, writer.pid)
+            assert agent.status("reach")[0] == "exited"
+        finally:
+            if agent is not None:
+                agent.pmcd.stop()
+            if writer is not None:
+                writer.stop()
+            if decoy is not None:
+                decoy.kill()
+                decoy.wait()
+            subprocess.run(["umount", str(mmv_dir)], check=False)

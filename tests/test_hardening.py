@@ -912,7 +912,9 @@ def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: st
         "seconds": (os.getpid(), int(time.time())),
         "negative": (-1, now),
         "zero": (0, now),
-        "one": (1, now),
+        # created as init started: no process of another namespace (a container's init)
+        # can be its writer, whatever runs on this machine meanwhile
+        "one": (1, int(psutil.Process(1).create_time() + 1) << 32),
     }[case]
     b = one(cluster=27, value=11, flags=fmt.FLAG_PROCESS, process=pid, generation=generation)
     path = scratch.put(f"pid_{case}", b)
