@@ -16,6 +16,7 @@ writers' namespaces, so it should be 1).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -35,6 +36,7 @@ from benchmarks.client import Client
 from tests.pmcd import PrivatePmcd, make_dir, our_agent
 
 RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[1]
 NAMESPACED = Path(__file__).resolve().parents[1] / "tests" / "writers" / "namespaced.py"
 PYTHON = "/usr/bin/python3"  # python3-pcp's
 WARMUP = 2.0
@@ -76,7 +78,10 @@ def run(count: int, seconds: float, workdir: Path) -> dict[str, Any]:
         for key in ("host", "container"):
             mmv_dir = make_dir(workdir / key / "tmp" / "mmv")
             writers += start_writers(mmv_dir, count, key == "container")
-            pmcds[key] = agents.start(workdir / key / "pmcd", our_agent(mmv_dir))
+            # this checkout's package, whatever else is installed (a system-wide pmda_mmv
+            # would shadow the venv's editable install)
+            spec = dataclasses.replace(our_agent(mmv_dir), env={"PYTHONPATH": str(REPO)})
+            pmcds[key] = agents.start(workdir / key / "pmcd", spec)
             clients[key] = Client(key, pmcds[key].host)
         pmids: dict[str, Any] = {}
         deadline = time.monotonic() + 60
@@ -101,9 +106,15 @@ def run(count: int, seconds: float, workdir: Path) -> dict[str, Any]:
                 finally:
                     c.ctx.pmFreeResult(res)
                 if r.numpmid != count or bad:
-                    raise RuntimeError(f"{key}: {len(bad)} of {count} metrics without a value")
+                    numvals = [r.get_numval(k) for k in bad[:3]]
+                    raise RuntimeError(
+                        f"{key}: {len(bad)} of {count} metrics without a value: {numvals}"
+                    )
                 if measuring:
                     samples[key].append(t)
+        labels = pmcds["container"].run("pminfo", "-l", names[0]).stdout
+        if '"container":' not in labels:  # the agent found the writers in their namespaces
+            raise RuntimeError(f"container writers' files without a container label: {labels}")
     finally:
         for pmcd in pmcds.values():
             pmcd.stop()
