@@ -36,8 +36,9 @@ descriptors) psutil checks the process at the scanner's periodic check (:func:`r
 A writer in another PID namespace is attributed (:attr:`Writer.container`): the container ID
 found in its cgroup path (``/proc/<pid>/cgroup``), else that path.
 
-psutil is imported with this module, never lazily: the agent imports everything as root and
-then drops to user pcp, who may not be able to read the venv (a checkout under /root).
+psutil is imported where it is used, so that ``check`` and ``dump`` run without it; the
+agent imports it up front (:mod:`~.pmda`), as root, before it drops to user pcp, who may
+not be able to read the venv (a checkout under /root).
 """
 
 from __future__ import annotations
@@ -49,12 +50,13 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
-
-import psutil
+from typing import TYPE_CHECKING, Final
 
 from . import layout as fmt
 from .reader import MmvFile
+
+if TYPE_CHECKING:
+    import psutil  # imported where used: check and dump need it only for PROCESS files
 
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
 PROC: Final = "/proc"
@@ -293,6 +295,16 @@ def _under(path: str, top: str) -> bool:
     return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def boot_time(proc: str = PROC) -> float:
+    """When the system booted (``btime`` of ``/proc/stat``, seconds since the epoch), as
+    psutil reads it: process start times are counted from it."""
+    with open(f"{proc}/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError(f"{proc}/stat: no btime")
+
+
 def cgroup_of(proc: str, pid: int) -> str:
     """The cgroup path of ``pid``: the first that is not the root of the unified (v2)
     hierarchy's, systemd's (v1) and the v1 controllers', in that order; "" when unknown."""
@@ -350,7 +362,7 @@ class Writers:
         self._names: dict[int, str] = {}  # pidfd -> name of the file it watches
         self._index: ProcIndex | None = None
         self.walks = 0  # walks of /proc done so far
-        self._boot = psutil.boot_time()
+        self._boot: float | None = None  # boot time (seconds since the epoch), once read
 
     def open(self, mf: MmvFile, deadline: float | None = None) -> Writer | None:
         """The live writer of a PROCESS file (None for other files and pid 0, as the C
@@ -400,6 +412,8 @@ class Writers:
         started, flags = st
         kthread = bool(flags & PF_KTHREAD)
         evidence = False if kthread else holds(self.proc, pid, dev, ino)
+        if self._boot is None:
+            self._boot = boot_time(self.proc)
         cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread)
         if evidence is None and where is not None:
             cand.reaches = reaches(self.proc, pid, dev, where)
@@ -430,6 +444,8 @@ class Writers:
 
     def _follow(self, cand: _Candidate, pid: int, created: float | None) -> Writer:
         """Open the chosen process (pidfd, psutil); NoWriter when it went meanwhile."""
+        import psutil
+
         writer = Writer(cand.pid, header_pid=pid, nested=len(cand.nspid) > 1)
         writer.confirmed = bool(cand.holds)
         try:
@@ -497,6 +513,8 @@ def _reused(pid: int, cand: _Candidate) -> _Candidate:
 
 def running(writer: Writer) -> bool:
     """psutil's answer, for a writer no pidfd watches."""
+    import psutil
+
     try:
         return writer.process is not None and writer.process.is_running()
     except psutil.Error:
