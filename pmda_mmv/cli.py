@@ -17,8 +17,8 @@ EPILOG = """\
 commands:
   pmda     run as PCP's mmv agent under pmcd (what pmcd.conf starts; see pmda --help)
   debug    serve the directory standalone and print what the agent sees (no pmcd)
-  check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited or
-           ignored, with every problem and what decided
+  check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited,
+           no-writer or ignored, with every problem and what decided
   dump     print every header field, TOC entry, indom, instance, metric, value and label
   prune    remove the files of MMV_FLAG_PROCESS writers that have exited (see prune --help)
 

@@ -139,7 +139,7 @@ FILE_STATUS: Final = {
     10: _status(
         "control.file.state",
         fmt.TYPE_STRING,
-        "State of the file: ok, partial, pending, not-ready, refused or exited",
+        "State of the file: ok, partial, pending, not-ready, refused, exited or no-writer",
         lambda s: s.state,
     ),
     11: _status(

@@ -24,10 +24,21 @@ from .backoff import Backoff
 from .catalogue import Catalogue, FileEntry, Log, remember
 from .dirpolicy import Skip, resolve
 from .errors import MmvError, NotReady
-from .filestate import EXITED, NOT_READY, OK, PARTIAL, REFUSED, UNSEEN, Changes, FileState
-from .liveness import Exited, Writer, Writers, exit_reason
+from .filestate import (
+    EXITED,
+    NO_WRITER,
+    NOT_READY,
+    OK,
+    PARTIAL,
+    PENDING,
+    REFUSED,
+    UNSEEN,
+    Changes,
+    FileState,
+)
+from .liveness import NoWriter, Searching, Writer, Writers, reason_line
 from .reader import MmvFile
-from .rules import printable
+from .rules import printable, with_labels
 
 Inode = tuple[int, int]
 
@@ -75,7 +86,7 @@ class Loader:
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
         self._backoff = Backoff(self.states, self.info)  # "not ready yet" is benign
         self._starved: set[str] = set()  # refused or partial for want of a resource
-        self._writers = Writers(pidfd)
+        self._writers = Writers(pidfd, clock=clock)
         self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
 
     def _forget(self, name: str) -> Changes:
@@ -145,7 +156,7 @@ class Loader:
             if state is None:
                 state = self.states[name] = FileState(name, self._instance(name))
                 changes.states = True
-            loaded = self._load_guarded(state, path, lst, loading, changes)
+            loaded = self._load_guarded(state, path, lst, (loading, deadline), changes)
             if loaded is not None:
                 opened.append((state, *loaded))
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
@@ -174,7 +185,7 @@ class Loader:
         state: FileState,
         path: str,
         lst: os.stat_result | OSError,
-        loading: dict[Inode, str],
+        scan: tuple[dict[Inode, str], float | None],
         changes: Changes,
     ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
         """:meth:`_load`, where an unexpected exception (a defect, or an environment the
@@ -182,7 +193,7 @@ class Loader:
         exception named, looked at again when its stat changes, and the other files of the
         scan are still served."""
         try:
-            return self._load(state, path, lst, loading, changes)
+            return self._load(state, path, lst, scan, changes)
         except Exception as e:  # one file's fault never ends the scan
             why = f"{path}: unexpected error while loading ({type(e).__name__}: {e}), not served"
             self._set(state, REFUSED, why, changes)
@@ -194,13 +205,15 @@ class Loader:
         state: FileState,
         path: str,
         lst: os.stat_result | OSError,
-        loading: dict[Inode, str],
+        scan: tuple[dict[Inode, str], float | None],
         changes: Changes,
     ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
         """Open the entry if its stat changed (or its key was reset for a retry), with its
         live writer when it is a PROCESS file; None when unchanged, not ready, refused or
-        its writer has exited (state and log updated).  ``loading``: the inodes this scan
-        opened so far, by name (a hard link to one of them is refused)."""
+        no live writer was found (state and log updated).  ``scan``: the inodes this scan
+        opened so far, by name (a hard link to one of them is refused), and its deadline
+        (the search for a writer goes on at the next request past it)."""
+        loading, deadline = scan
         try:
             if isinstance(lst, OSError):
                 raise Skip(f"cannot stat: {lst.strerror}", None)
@@ -232,10 +245,20 @@ class Loader:
             state.error = e
             return None
         try:
-            writer = self._writers.open(mf)
-        except Exited:
+            writer = self._writers.open(mf, deadline)
+        except Searching:  # the walk of /proc goes on at the next request
             mf.close()
-            self._set(state, EXITED, exit_reason(path, mf), changes)
+            state.key = UNSEEN
+            self._queue[state.name] = None
+            if state.entry is None and state.state != PENDING:
+                state.state, state.problems = PENDING, []
+                changes.states = True
+            return None
+        except NoWriter as e:
+            mf.close()
+            self._set(
+                state, EXITED if e.exited else NO_WRITER, reason_line(path, e.reason), changes
+            )
             return None
         except BaseException:
             mf.close()  # its descriptor is not left open by an unexpected error
@@ -314,6 +337,7 @@ class Loader:
         if writer is not None:
             state.writer = writer
             self._writers.watch(state.name, writer)
+            _attribute(entry, writer.labels())
         if entry.starved:
             self._starved.add(state.name)
         else:
@@ -372,6 +396,24 @@ class Loader:
             changes.states = True
         state.state = new
         state.problems = [problem]
+
+
+def _attribute(entry: FileEntry, labels: dict[str, str]) -> None:
+    """The agent's labels of a container writer over the file's own, at every level a
+    label set of the file could name them (a container cannot forge its attribution)."""
+    if not labels:
+        return
+    entry.labels = with_labels(entry.labels, labels)
+    names = [f'"{n}"' for n in labels]
+    for sm in entry.metrics:
+        if any(n in sm.labels for n in names):
+            sm.labels = with_labels(sm.labels, labels)
+    for si in entry.indoms.values():
+        if any(n in si.labels for n in names):
+            si.labels = with_labels(si.labels, labels)
+        for inst, (lb, notes) in si.instance_labels.items():
+            if any(n in lb for n in names):
+                si.instance_labels[inst] = (with_labels(lb, labels), notes)
 
 
 def _close(mf: MmvFile, writer: Writer | None) -> None:

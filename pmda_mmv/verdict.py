@@ -3,11 +3,13 @@
 ``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
 file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
 directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
-skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer is gone) or
-``ignored`` (a dot-file), with every problem as field, byte offset and message.  ``--json``
-prints a list of ``{"file", "status", "problems": [{"field", "offset", "message"[,
-"limit"]}], "served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[,
-"why"]}]}``.
+skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer has exited),
+``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
+(a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
+list of ``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}],
+"served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why"]}],
+"writer"}`` (``writer``: a served PROCESS file's ``{"pid", "agent_pid", "confirmed"[,
+"container", "cgroup"]}``, else null).
 
 Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``layout.MAX_PROBLEMS``
 problems per file are listed (then one line counting the others), and every control and
@@ -100,7 +102,7 @@ class Directory:
         ``conflicts`` names the file that won each metric or cluster this one asked for."""
 
         def doc(status: str, problems: list[Doc], **decided: object) -> Doc:
-            found = {"served": [], "cluster": None, "conflicts": [], **decided}
+            found = {"served": [], "cluster": None, "conflicts": [], "writer": None, **decided}
             return {"file": shown, "status": status, "problems": _bounded(problems), **found}
 
         path = os.path.join(self.directory, name)
@@ -146,7 +148,15 @@ class Directory:
             conflicts.append({"cluster": entry.cluster, "winner": None, "why": entry.identity})
         conflicts += self._names_lost(mf, set(served), entry.cluster)
         conflicts = conflicts[: fmt.MAX_PROBLEMS]  # bounded, as the problems
-        return doc(status, problems, served=served, cluster=entry.cluster, conflicts=conflicts)
+        writer = state.writer.as_dict() if state.writer is not None else None
+        return doc(
+            status,
+            problems,
+            served=served,
+            cluster=entry.cluster,
+            conflicts=conflicts,
+            writer=writer,
+        )
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
         """The names of ``mf`` not served for a conflict, each with why (the catalogue's
@@ -263,6 +273,12 @@ def render_check(result: Doc) -> list[str]:
             continue
         what = c["name"] if "name" in c else f"cluster {c['cluster']}"
         lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+    writer = result.get("writer")
+    if writer and "container" in writer:  # a writer in another PID namespace
+        lines.append(
+            f"  writer: process {writer['pid']} (PID {writer['agent_pid']} here), "
+            f"container {writer['container']}"
+        )
     return lines
 
 

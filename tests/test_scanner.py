@@ -16,7 +16,16 @@ from pmda_mmv import catalogue, loader
 from pmda_mmv import layout as fmt
 from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
-from pmda_mmv.filestate import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, PENDING, REFUSED
+from pmda_mmv.filestate import (
+    EXITED,
+    NO_WRITER,
+    NOT_READY,
+    NOT_READY_GRACE,
+    OK,
+    PARTIAL,
+    PENDING,
+    REFUSED,
+)
 from pmda_mmv.scanner import Scanner
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, dead_pid, publish, sample
 from tests.mmvbuild import single as one
@@ -338,20 +347,32 @@ def test_directory_removed_and_recreated(tmp_path: Path) -> None:
     assert d.refresh() == ([], ["b"])
 
 
+NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
+
+
 @pytest.mark.parametrize(
-    ("pid", "served"),
-    [(os.getpid(), True), (0, True), (1, True), (dead_pid(), False), (-1, False)],
-    ids=["live", "pid0-unchecked", "init", "dead", "negative"],
+    ("pid", "served", "why"),
+    [
+        (os.getpid(), True, ""),  # this process: the scanner in it has the file open
+        (0, True, ""),
+        # init: alive, but not the file's writer (issue 25)
+        (1, False, NOT_FOUND.format(1) + ": PID 1 here "),
+        (2, False, NOT_FOUND.format(2) + ": PID 2 here is a kernel thread"),  # kthreadd
+        (dead_pid(), False, "not found in this PID namespace or any other"),
+        (-1, False, "writer PID -1 is not a process ID"),
+    ],
+    ids=["live", "pid0-unchecked", "init", "kthreadd", "dead", "negative"],
 )
-def test_process_flag(d: Dir, pid: int, served: bool) -> None:
+def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
     b = one(flags=fmt.FLAG_PROCESS, process=pid)
     b.generation = int(time.time()) << 32
     b.write(d.path / "p")
     d.refresh()
     assert (d.state("p") == OK) is served
     if not served:
-        assert d.state("p") == EXITED
-        assert "header.process at offset 32" in d.scanner.states["p"].last_problem
+        assert d.state("p") == NO_WRITER  # not exited: no writer was ever seen
+        problem = d.scanner.states["p"].last_problem
+        assert "header.process at offset 32: " in problem and why in problem, problem
 
 
 def test_process_flag_pid_reuse_detected(d: Dir) -> None:
@@ -361,15 +382,57 @@ def test_process_flag_pid_reuse_detected(d: Dir) -> None:
     b.generation = int(started - 3600) << 32
     b.write(d.path / "p")
     d.refresh()
-    assert d.state("p") == EXITED
+    assert d.state("p") == NO_WRITER
+    why = f"PID {os.getpid()} belongs to a process started after this file: PID reused"
+    assert why in d.scanner.states["p"].last_problem
 
 
-def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
+MAPPER = """
+import mmap, sys
+maps = []
+for line in sys.stdin:
+    with open(line.strip(), "rb") as f:
+        maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    print("ready", flush=True)
+"""
+
+
+def mapper() -> subprocess.Popen[str]:
+    """A process that maps each file whose path it reads (a writer, to the agent)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", MAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def mapped(child: subprocess.Popen[str], path: Path) -> None:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(f"{path}\n")
+    child.stdin.flush()
+    assert child.stdout.readline() == "ready\n"
+
+
+def test_a_live_process_that_does_not_map_the_file_is_not_its_writer(d: Dir) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
         b.generation = int(time.time()) << 32
         b.write(d.path / "p")
+        d.refresh()
+        assert d.state("p") == NO_WRITER
+        why = f"PID {child.pid} here does not have this file mapped or open"
+        assert why in d.scanner.states["p"].last_problem
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
+    child = mapper()
+    try:
+        b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
+        b.generation = int(time.time()) << 32
+        b.write(d.path / "p")
+        mapped(child, d.path / "p")
         d.refresh()
         assert d.state("p") == OK
     finally:
@@ -377,6 +440,8 @@ def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
         child.wait()
     assert d.refresh() == (["p"], [])
     assert d.state("p") == EXITED
+    why = f"header.process at offset 32: writer process {child.pid} has exited"
+    assert why in d.scanner.states["p"].last_problem
 
 
 def test_watcher_marks_are_applied(d: Dir) -> None:
@@ -502,8 +567,8 @@ def pidfd(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
-def sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+def sleeper() -> subprocess.Popen[str]:
+    return mapper()
 
 
 def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, pidfd: bool) -> None:
@@ -515,6 +580,7 @@ def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, p
             b = one(cluster=k + 1, flags=fmt.FLAG_PROCESS, process=child.pid)
             b.generation = int(time.time()) << 32
             b.write(tmp_path / f"p{k}")
+            mapped(child, tmp_path / f"p{k}")
         d.refresh()  # the first refresh always checks every served file
         assert d.served() == {"p0", "p1", "p2"}
         children[0].kill()
@@ -546,8 +612,9 @@ def test_pid_reuse_detected_for_plain_seconds_generations(d: Dir) -> None:
             b = one(cluster=len(name), flags=fmt.FLAG_PROCESS, process=child.pid)
             b.generation = generation
             b.write(d.path / name)
+            mapped(child, d.path / name)
         d.refresh()
-        assert d.state("stale") == EXITED and d.state("fresh") == OK
+        assert d.state("stale") == NO_WRITER and d.state("fresh") == OK
     finally:
         child.kill()
         child.wait()
