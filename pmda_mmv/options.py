@@ -37,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser of ``pmda-mmv pmda``."""
     p = argparse.ArgumentParser(
         prog="pmda-mmv pmda",
-        description="Serve MMV files to pmcd as PCP's mmv agent (pmcd.conf: "
-        "'mmv 70 pipe binary notready .../pmdammv -d 70').",
+        description="Serve MMV files to pmcd as PCP's mmv agent. pmcd starts it: "
+        "'pmda-mmv install' (as root) registers it with pmcd; run it by hand only to debug.",
     )
     p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
     p.add_argument("-d", "--domain", type=int, default=70, help="PMDA domain (default 70)")

@@ -154,7 +154,8 @@ def test_install_serves_real_files_from_our_agent_and_remove_restores_stock(
         *["mmv", "70", "pipe", "binary", "notready", str(MMVDIR / "pmdammv")],
         *["-d", "70", "--notready", "--status-metrics"],
     ]
-    assert Path("/etc/pcp/pmda-mmv/venv").resolve() == VENV.resolve()
+    # the agent directory names the venv's interpreter: no machine-wide record
+    assert os.readlink(MMVDIR / "pmda-mmv-python") == str(VENV / "bin" / "pmdammv")
     assert_written_values_served(stock.written)
     probe = subprocess.run(["pmprobe", "-v", f"mmv.{FILE}.py.counter"], capture_output=True)
     assert probe.stdout.decode().split()[1:] == [
@@ -239,7 +240,7 @@ def test_launcher_names_what_is_missing(tmp_path: Path, system_site: bool) -> No
     assert ("pcp.pmda:" in done.stderr) is not system_site
 
 
-def test_launcher_without_a_recorded_venv_says_what_to_do(tmp_path: Path) -> None:
+def test_launcher_without_an_installed_interpreter_says_what_to_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PMDA_MMV_VENV"}
     done = subprocess.run(
         [LAUNCHER, "-d", "70"],
@@ -249,4 +250,5 @@ def test_launcher_without_a_recorded_venv_says_what_to_do(tmp_path: Path) -> Non
         timeout=60,
     )
     assert done.returncode == 1
-    assert "run scripts/setup" in done.stderr
+    assert "pmda-mmv-python is missing" in done.stderr
+    assert "run 'pmda-mmv install'" in done.stderr
