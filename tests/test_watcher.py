@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -67,3 +68,49 @@ def test_missing_directory_then_created_then_recreated(tmp_path: Path) -> None:
         assert marks.wait_for("again")
     finally:
         watcher.stop()
+
+
+SYSTEM_WATCHER = r"""
+import os, sys, threading
+sys.path.insert(0, sys.argv[1])
+import watchdog.version
+from pmda_mmv.watcher import Watcher
+directory = sys.argv[2]
+names, seen = set(), threading.Event()
+def mark(name):
+    names.add(name)
+    if name in ("created", "chmodded"):
+        seen.set()
+w = Watcher(directory, mark)
+w.ensure()
+print(watchdog.version.VERSION_STRING, w.mode)
+open(os.path.join(directory, "created"), "wb").close()
+assert seen.wait(10), names
+seen.clear()
+with open(os.path.join(directory, "chmodded"), "wb"):
+    pass
+names.clear()
+os.chmod(os.path.join(directory, "chmodded"), 0o600)
+assert seen.wait(10), names
+os.open(os.path.join(directory, "created"), os.O_RDONLY)  # an open is no change
+w.stop()
+print("ok", sorted(names))
+"""
+
+
+def test_the_watcher_works_with_the_systems_watchdog(tmp_path: Path) -> None:
+    """The Debian package runs the agent with Debian's python3-watchdog (2.2.1 on Debian 12:
+    no FileAttribEvent, no event_filter), not the venv's: created and chmodded files are
+    marked, opens are not."""
+    from tests.pmcd import CHECKOUT
+
+    done = subprocess.run(
+        ["/usr/bin/python3", "-P", "-c", SYSTEM_WATCHER, str(CHECKOUT), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    version, mode, ok, names = done.stdout.strip().split(maxsplit=3)
+    assert mode == "inotify" and ok == "ok"
+    assert names == "['chmodded']", (version, names)
