@@ -18,6 +18,9 @@ install (idempotent, as root):
    by ``mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 --notready [OPTION..]``;
 5. waits until pmcd serves ``mmv.control.files`` from it.
 
+install --refresh (the Debian package's postinst, after an upgrade of it or of pcp) installs
+again with the current line's options, only when installed from this interpreter.
+
 remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files
 and, when the stock line was the C agent's DSO line, runs the stock ``Install`` to put it back.
 """
@@ -215,6 +218,39 @@ def install(agent_options: Sequence[str]) -> None:
     say("pmda-mmv is installed; 'pmda-mmv remove' puts the stock mmv agent back")
 
 
+def installed_options(line: str, launcher: Path) -> list[str] | None:
+    """The agent options of pmda-mmv's pmcd.conf line (what follows ``-d 70 --notready``),
+    or None when ``line`` does not start our launcher."""
+    words = line.split()
+    if str(launcher) not in words:
+        return None
+    rest = words[words.index(str(launcher)) + 1 :]
+    for fixed in (["-d", "70"], ["--notready"]):
+        if rest[: len(fixed)] == fixed:
+            rest = rest[len(fixed) :]
+    return rest
+
+
+def refresh() -> None:
+    """After an upgrade (of this package, or of pcp, which puts its own files back over
+    ``$PCP_PMDAS_DIR/mmv``): install again, with the options of the current pmcd.conf
+    line, when pmda-mmv is installed from this interpreter; otherwise do nothing."""
+    need_root()
+    cfg = pcp_config()
+    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
+    link = mmvdir / PYTHON_LINK
+    if not (mmvdir / STOCK).is_dir():
+        say("pmda-mmv is not installed; nothing to refresh")
+        return
+    named = named_interpreter()
+    if not link.is_symlink() or os.readlink(link) != str(named):
+        theirs = os.readlink(link) if link.is_symlink() else "(none)"
+        say(f"pmda-mmv is installed from another interpreter ({theirs}); leaving it")
+        return
+    options = installed_options(mmv_line(Path(cfg["PCP_PMCDCONF_PATH"])), mmvdir / "pmdammv")
+    install(options or [])
+
+
 def remove() -> None:
     """Take pmda-mmv out of the system pmcd and put the stock mmv agent back."""
     need_root()
@@ -258,12 +294,18 @@ def parser(command: str) -> argparse.ArgumentParser:
     if command == "install":
         p = argparse.ArgumentParser(
             prog="pmda-mmv install",
-            usage="pmda-mmv install [-h] [AGENT_OPTION ...]",
+            usage="pmda-mmv install [-h] [--refresh | AGENT_OPTION ...]",
             description="As root: make this interpreter's pmda-mmv the system pmcd's mmv agent "
             "(pmcd.conf: mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 "
             "--notready [AGENT_OPTION ...]), saving the stock C agent's files and line.",
             epilog="AGENT_OPTION: options of 'pmda-mmv pmda' for the pmcd.conf line, such as "
             "--status-metrics or --owners USERS. Idempotent; 'pmda-mmv remove' undoes it.",
+        )
+        p.add_argument(
+            "--refresh",
+            action="store_true",
+            help="only if pmda-mmv is installed from this interpreter: install again with the "
+            "agent options of the current pmcd.conf line (after an upgrade of pmda-mmv or pcp)",
         )
     else:
         p = argparse.ArgumentParser(
@@ -271,6 +313,7 @@ def parser(command: str) -> argparse.ArgumentParser:
             description="As root: take pmda-mmv out of the system pmcd and put the stock C mmv "
             "agent (its files and pmcd.conf line) back. Idempotent.",
         )
+        p.set_defaults(refresh=False)
     return p
 
 
@@ -278,8 +321,8 @@ def main(command: str, argv: Sequence[str]) -> int:
     """``pmda-mmv install`` / ``pmda-mmv remove``; returns the exit status."""
     p = parser(command)
     try:
-        _, rest = p.parse_known_args(argv)
-        if command == "remove" and rest:
+        ns, rest = p.parse_known_args(argv)
+        if (command == "remove" or ns.refresh) and rest:
             p.error(f"unrecognized arguments: {' '.join(rest)}")
         if command == "install":
             from .options import parser as agent_parser
@@ -289,7 +332,9 @@ def main(command: str, argv: Sequence[str]) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     try:
-        if command == "install":
+        if ns.refresh:
+            refresh()
+        elif command == "install":
             install(rest)
         else:
             remove()
