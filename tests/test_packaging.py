@@ -54,3 +54,15 @@ def test_the_debian_package_depends_on_debians_python_modules() -> None:
     names = {d.strip().split()[0] for d in depends.group(1).split(",") if d.strip()}
     assert {"pcp", "python3-pcp", "python3-watchdog", "python3-psutil"} <= names
     assert re.search(r"^Build-Depends:.*debhelper-compat \(= 13\)", control, flags=re.M)
+
+
+def test_pmda_help_points_at_pmda_mmv_install_not_at_a_pmcd_conf_line() -> None:
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pmda_mmv", "pmda", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "'pmda-mmv install' (as root) registers it with pmcd" in text
+    assert "pmdammv -d 70" not in text
