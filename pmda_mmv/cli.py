@@ -1,9 +1,9 @@
 """``pmda-mmv``: the command line.
 
 Subcommands: ``pmda`` (the agent pmcd runs), ``debug`` (standalone, no pmcd), ``check`` and
-``dump`` (inspect files), ``install`` and ``remove`` (switch the system pmcd's mmv agent).
-Each subcommand's module is imported only when it runs, so
-``check`` and ``dump`` work without python3-pcp.
+``dump`` (inspect files), ``prune`` (remove departed PROCESS writers' files), ``install``
+and ``remove`` (switch the system pmcd's mmv agent).  Each subcommand's module is imported
+only when it runs, so ``check`` and ``dump`` work without python3-pcp.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ commands:
   check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited or
            ignored, with every problem and what decided
   dump     print every header field, TOC entry, indom, instance, metric, value and label
+  prune    remove the files of MMV_FLAG_PROCESS writers that have exited (see prune --help)
   install  as root: make this pmda-mmv the system pmcd's mmv agent (the stock one saved)
   remove   as root: take pmda-mmv out of pmcd and put the stock C mmv agent back
 
@@ -28,7 +29,7 @@ into $PCP_TMP_DIR/mmv.
 """
 
 
-COMMANDS = ["pmda", "debug", "check", "dump", "install", "remove"]
+COMMANDS = ["pmda", "debug", "check", "dump", "prune", "install", "remove"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,6 +73,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from .verdict import main as run_check
 
         return run_check(rest)
+    if ns.command == "prune":
+        from .prune import main as run_prune
+
+        return run_prune(rest)
     from .dump import main as run_dump
 
     return run_dump(rest)
