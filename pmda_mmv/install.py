@@ -22,7 +22,9 @@ install --refresh (the Debian package's postinst, after an upgrade of it or of p
 again with the current line's options, only when installed from this interpreter.
 
 remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files
-and, when the stock line was the C agent's DSO line, runs the stock ``Install`` to put it back.
+and, when the stock line was the C agent's DSO line, runs the stock ``Install`` to put it back;
+``$PCP_VAR_DIR/pmns/mmv``, which pmdaproc.sh's Install leaves, goes when it was not there
+before install.
 """
 
 from __future__ import annotations
@@ -88,8 +90,14 @@ def pcp_config() -> dict[str, str]:
     """PCP's configuration (pmGetConfig) for the variables used here."""
     from pcp.pmapi import pmContext
 
-    names = ("PCP_PMDAS_DIR", "PCP_PMCDCONF_PATH", "PCP_RC_DIR", "PCP_LOG_DIR", "PCP_TMP_DIR")
+    names = ("PCP_PMDAS_DIR", "PCP_PMCDCONF_PATH", "PCP_RC_DIR", "PCP_LOG_DIR", "PCP_VAR_DIR")
     return {n: str(pmContext.pmGetConfig(n)) for n in names}
+
+
+def pmns_file(cfg: dict[str, str]) -> Path:
+    """``$PCP_VAR_DIR/pmns/mmv``: pmdaproc.sh's Install writes it (and merges it into the
+    PMNS root), the stock pcp package has none."""
+    return Path(cfg["PCP_VAR_DIR"]) / "pmns" / "mmv"
 
 
 def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -181,6 +189,8 @@ def install(agent_options: Sequence[str]) -> None:
                     shutil.copytree(entry, dest, symlinks=True)
         line = mmv_line(pmcdconf)
         (tmp / "pmcd.line").write_text(line + "\n" if line else "")
+        if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
+            (tmp / "pmns.absent").touch()
         tmp.rename(stock)
 
     say(f"laying {source} over {mmvdir} (interpreter {named})")
@@ -274,6 +284,7 @@ def remove() -> None:
             shutil.rmtree(dest)
         shutil.move(entry, dest)
     line = (stock / "pmcd.line").read_text().strip()
+    pmns_absent = (stock / "pmns.absent").exists()
     shutil.rmtree(stock)
     if not line:
         say("pmcd.conf had no mmv line before install; leaving mmv out")
@@ -286,6 +297,8 @@ def remove() -> None:
             "warning: the mmv line before install was not the stock DSO one and is not "
             f"restored automatically: {line}"
         )
+    if pmns_absent:  # the names are in the PMNS root; the file was not there before
+        pmns_file(cfg).unlink(missing_ok=True)
     say("pmda-mmv is removed")
 
 
