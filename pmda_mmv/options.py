@@ -82,8 +82,8 @@ def parser() -> argparse.ArgumentParser:
     """The argument parser of ``pmda-mmv pmda``."""
     p = argparse.ArgumentParser(
         prog="pmda-mmv pmda",
-        description="Serve MMV files to pmcd as PCP's mmv agent (pmcd.conf: "
-        "'mmv 70 pipe binary notready .../pmdammv -d 70').",
+        description="Serve MMV files to pmcd as PCP's mmv agent. pmcd starts it: "
+        "'pmda-mmv install' (as root) registers it with pmcd; run it by hand only to debug.",
     )
     p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
     p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
