@@ -23,9 +23,11 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -35,6 +37,8 @@ CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
 MAX_CLUSTER: Final = 4095
 MAX_SERIAL: Final = (1 << 22) - 1
+MAX_BYTES: Final = 64 << 20
+"""A registry file larger than this is not read (10,000 names take about 2 MiB)."""
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")
 """``--registry`` values for a registry in memory only."""
@@ -226,8 +230,7 @@ class Registry:
         if self.path is None:
             return
         try:
-            with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
-                text = f.read()
+            text = _read(self.path)
         except FileNotFoundError:
             return
         except OSError as e:
@@ -235,7 +238,7 @@ class Registry:
             return
         try:
             records = _parse(text)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             self._problem(
                 f"not a usable registry ({e}); starting empty, rewritten at the next change"
             )
@@ -308,6 +311,25 @@ class Registry:
         if line != self.problem:
             self.log(line)
         self.problem = line
+
+
+def _read(path: str) -> str:
+    """The text of the registry file at ``path``: a regular file (a FIFO would block the
+    agent's start for ever, a device never end) of at most MAX_BYTES; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_BYTES >> 20} MiB")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_BYTES >> 20} MiB")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _drop(table: dict[int, set[Key]], number: int, key: Key) -> bool:
