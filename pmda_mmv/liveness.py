@@ -399,9 +399,12 @@ class Writers:
             return self._follow(fast, pid, created)
         where = fs_path(self.proc, mf.path, dev)
         # the writer existed when the file was created (or last written): a walk that
-        # listed /proc since then holds it
+        # listed /proc since then holds it.  Never later than the inode's ctime, which its
+        # owner cannot set: a generation (or mtime) in the future would otherwise ask for a
+        # walk listed after every call, a new walk each time, never done when one walk
+        # takes more than a request's budget (the file pending for ever)
         since = st.st_mtime if created is None else created
-        index = self._walk(min(since, time.time()), deadline)
+        index = self._walk(min(since, st.st_ctime, time.time()), deadline)
         found = [self._candidate(p, dev, ino, where) for p in index.by_inner.get(pid, ())]
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
         return self._follow(self._choose(pid, cands, created), pid, created)
