@@ -429,3 +429,28 @@ m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 print("mapped", flush=True)
 sys.stdin.read()
 """
+
+
+def test_prune_in_a_child_pid_namespace_removes_nothing(tmp_path: Path, writers: Writers) -> None:
+    # A container sharing the directory with the host (a bind mount) cannot see the host's
+    # writers: prune run there said "writer PID N not found in this PID namespace or any
+    # other" of a live host writer and removed its file.  It now keeps every file it cannot
+    # judge, dead writers' included (the host's prune removes those).
+    d = make_dir(tmp_path / "mmv")
+    live = writers.start(d / "live")
+    writers.crash(d / "exited")
+    unshare = ["unshare", "--pid", "--fork", "--mount-proc"]
+    out = subprocess.run(
+        [*unshare, sys.executable, "-m", "pmda_mmv", "prune", "-v", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in d.iterdir()} == {"live", "exited"}, out.stdout
+    assert f"kept {d}/live: writer PID {live.pid} not found" in out.stdout
+    assert out.stdout.splitlines()[-1] == (
+        f"{d}: 0 files removed, 2 kept (2 whose writer may be outside this PID namespace)"
+    )
+    host = run_prune(str(d)).stdout.splitlines()[-1]  # on the host: the dead writer's goes
+    assert host == f"{d}: 1 file removed, 1 kept (1 with a live writer)"
