@@ -13,6 +13,8 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 * Beyond ``cap`` remembered keys the longest-departed are forgotten (their numbers free
   again); when every cluster is served or held, the longest-departed holder of a cluster
   that is not served is evicted (:meth:`Registry.evict_cluster`), the documented last resort.
+  Both take first the names of the owner who holds the most (:meth:`_forgettable`): one
+  user cycling names cannot push another user's numbers out.
 * Persistence: one JSON file (versioned, one record a line), written atomically (temporary
   file in the same directory, fsync, rename, fsync of the directory) by :meth:`save`, which
   the agent calls before it serves a new number.  A missing file is an empty registry; an
@@ -28,7 +30,8 @@ import itertools
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -182,7 +185,7 @@ class Registry:
         """The last resort when every cluster is held: the cluster of the longest-departed
         key whose cluster is ``usable`` (not served) is freed, every key holding it
         forgotten.  Returns (cluster, forgotten keys), or None."""
-        for key in self.departed:
+        for key in self._forgettable():
             record = self.records[key]
             if not usable(record.cluster):
                 continue
@@ -192,6 +195,18 @@ class Registry:
                 self.forget(k)
             return cluster, gone
         return None
+
+    def _forgettable(self) -> Iterator[Key]:
+        """The departed keys in the order they are forgotten: those of the owner who holds
+        the most names first, each owner's longest departed first (ties: the owner of the
+        longest departed first).  So a user who cycles names (a file per PID, or hostile)
+        forgets its own names, never another user's departed ones."""
+        counts = Counter(uid for _, uid in self.records)
+        by_uid: dict[int, list[Key]] = {}
+        for key in self.departed:
+            by_uid.setdefault(key[1], []).append(key)
+        for uid in sorted(by_uid, key=lambda u: -counts[u]):
+            yield from by_uid[uid]
 
     def note_eviction(self, line: str) -> None:
         self.evictions = [*self.evictions[-9:], line]
@@ -212,7 +227,7 @@ class Registry:
         if len(self.records) <= self.cap + self.cap // 8:
             return
         excess = len(self.records) - self.cap
-        departed = list(itertools.islice(self.departed, excess))
+        departed = list(itertools.islice(self._forgettable(), excess))
         for key in departed:
             self.forget(key)
         if departed and not self._capped:  # once: a directory of PID-named files does it

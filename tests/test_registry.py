@@ -329,3 +329,32 @@ def test_newcomers_past_many_departed_clusters_cost_no_rescan(tmp_path: Path) ->
     assert calls < 2000 + 100 * 3
     cat.registry.forget(("old5", 0))
     assert add("after") == 6
+
+
+def test_one_user_cycling_names_forgets_its_own_not_another_users() -> None:
+    # A user who cycles names (a file per PID, or on purpose) pushed every other user's
+    # departed names out past the cap: their clusters were free again and given to the
+    # next newcomer, so a returning victim's PMIDs were another user's.  The owner holding
+    # the most names now forgets first.
+    r = Registry(cap=8)
+    r.serve(("victim", 0), 60, 60, False, {1: 500})
+    r.depart(("victim", 0))
+    for n in range(40):
+        r.serve((f"churn{n}", STRANGER), n + 100, 0, False, {})
+        r.depart((f"churn{n}", STRANGER))
+    assert r.get(("victim", 0)) is not None
+    assert r.cluster_held(60) and r.serial_held(500)
+    assert r.get((f"churn{0}", STRANGER)) is None and r.get(("churn39", STRANGER)) is not None
+
+
+def test_pool_exhausted_evicts_the_busiest_owners_longest_departed() -> None:
+    # every cluster held: the stranger's 4,094 departed names go before the victim's one
+    r = Registry()
+    r.serve(("victim", 0), 1, 1, False, {})
+    r.depart(("victim", 0))
+    for c in range(2, fmt.MAX_CLUSTER + 1):
+        r.serve((f"s{c}", STRANGER), c, 0, False, {})
+        r.depart((f"s{c}", STRANGER))
+    evicted = r.evict_cluster(lambda c: True)
+    assert evicted == (2, [("s2", STRANGER)])
+    assert r.get(("victim", 0)) is not None
