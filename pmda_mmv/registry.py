@@ -277,7 +277,12 @@ class Registry:
         directory = os.path.dirname(self.path) or "."
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:  # never through a name planted before (a symlink to a file pcp may write)
+                fd = os.open(tmp, flags, 0o644)
+            except FileExistsError:  # left by an agent of this PID killed mid-save, or planted
+                os.unlink(tmp)
+                fd = os.open(tmp, flags, 0o644)
             try:
                 os.write(fd, self.text().encode("utf-8", "surrogateescape"))
                 os.fsync(fd)

@@ -358,3 +358,20 @@ def test_pool_exhausted_evicts_the_busiest_owners_longest_departed() -> None:
     evicted = r.evict_cluster(lambda c: True)
     assert evicted == (2, [("s2", STRANGER)])
     assert r.get(("victim", 0)) is not None
+
+
+def test_save_never_writes_through_a_planted_temporary_name(tmp_path: Path) -> None:
+    # The temporary file's name is predictable ({path}.{pid}.tmp): one planted as a symlink
+    # (a --registry in a directory others may write) was opened with O_TRUNC and followed,
+    # so the save overwrote the symlink's target.  It is now created O_EXCL | O_NOFOLLOW,
+    # a name left there removed first (a save killed at the same PID leaves one too).
+    path = tmp_path / "reg.json"
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    os.symlink(target, f"{path}.{os.getpid()}.tmp")
+    r = Registry(str(path))
+    r.serve(("a", 0), 5, 5, False, {})
+    assert r.save()
+    assert target.read_text() == "keep me\n"
+    assert json.loads(path.read_text())["names"][0]["name"] == "a"
+    assert not os.path.lexists(f"{path}.{os.getpid()}.tmp")
