@@ -252,7 +252,7 @@ class Registry:
             self._problem(f"cannot read: {e.strerror}; starting empty")
             return
         try:
-            records = _parse(text)
+            records = _parse(text, self.cap + self.cap // 8)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             self._problem(
                 f"not a usable registry ({e}); starting empty, rewritten at the next change"
@@ -369,8 +369,10 @@ def _int(value: Any, low: int, high: int) -> int:
     return value
 
 
-def _parse(text: str) -> Iterable[tuple[Key, Record]]:
-    """The records of a registry file's text, checked; raises ValueError (and the like)."""
+def _parse(text: str, keep: int) -> Iterable[tuple[Key, Record]]:
+    """The last ``keep`` records of a registry file's text (the newest: more would be
+    forgotten at the first change, after costing seconds to check and index before the
+    agent answers pmcd), checked; raises ValueError (and the like)."""
     doc = json.loads(text)
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         version = doc.get("version") if isinstance(doc, dict) else None
@@ -379,7 +381,7 @@ def _parse(text: str) -> Iterable[tuple[Key, Record]]:
     if not isinstance(names, list):
         raise ValueError("names is not a list")
     records = []
-    for item in names:
+    for item in names[-keep:]:
         name = item["name"]
         if not isinstance(name, str) or not name:
             raise ValueError(f"name {name!r}")

@@ -375,3 +375,20 @@ def test_save_never_writes_through_a_planted_temporary_name(tmp_path: Path) -> N
     assert target.read_text() == "keep me\n"
     assert json.loads(path.read_text())["names"][0]["name"] == "a"
     assert not os.path.lexists(f"{path}.{os.getpid()}.tmp")
+
+
+def test_load_keeps_only_the_newest_names_the_cap_allows(tmp_path: Path) -> None:
+    # A registry file far past the cap (hand-edited, or written with a larger
+    # --registry-cap) was checked and indexed whole before the agent answered pmcd: 250,000
+    # names (51 MiB) took 9.2 s to load and 3.4 s more at the first change (the trim),
+    # beyond pmcd's 5 s.  Only the newest cap + cap/8 are read (1.7 s, then 0.01 s).
+    path = tmp_path / "reg.json"
+    big = Registry(str(path))
+    for n in range(100):
+        big.serve((f"n{n}", 0), n + 1, 0, False, {1: n + 10})
+        big.depart((f"n{n}", 0))
+    assert big.save()
+    small = Registry(str(path), cap=8)
+    small.load()
+    assert [name for name, _ in small.records] == [f"n{n}" for n in range(91, 100)]
+    assert not small.cluster_held(1) and small.cluster_held(100) and small.serial_held(109)
