@@ -242,6 +242,22 @@ def holds(proc: str, pid: int, dev: int, ino: int) -> bool | None:
     return False
 
 
+def maps_writable(proc: str, pid: int, dev: int, ino: int) -> bool:
+    """Whether ``pid`` maps the file (``dev``, ``ino``) shared and writable (``rw-s``), as its
+    writer does: a reader (the agent, ``check``, another user) maps it read-only."""
+    want = [f"{os.major(dev):02x}:{os.minor(dev):02x}".encode(), str(ino).encode()]
+    try:
+        with open(f"{proc}/{pid}/maps", "rb") as f:
+            maps = f.read(MAX_MAPS)
+    except OSError:
+        return False
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if fields[3:5] == want and fields[1][1:2] == b"w" and fields[1][3:4] == b"s":
+            return True
+    return False
+
+
 def mounts(proc: str, pid: int | str) -> list[tuple[int, str, str]] | None:
     """(device, root within its filesystem, mount point) of each mount ``pid`` sees, or
     None when its mountinfo cannot be read."""
@@ -334,6 +350,8 @@ class _Candidate:
     holds: bool | None
     kthread: bool = False
     reaches: bool | None = None  # its mounts reach the file (looked at when holds is None)
+    dev: int = 0  # the file's device and inode
+    ino: int = 0
 
     def why_not(self) -> str:
         """Why this process of the header's PID is not taken for the writer."""
@@ -381,9 +399,12 @@ class Writers:
             return self._follow(fast, pid, created)
         where = fs_path(self.proc, mf.path, dev)
         # the writer existed when the file was created (or last written): a walk that
-        # listed /proc since then holds it
+        # listed /proc since then holds it.  Never later than the inode's ctime, which its
+        # owner cannot set: a generation (or mtime) in the future would otherwise ask for a
+        # walk listed after every call, a new walk each time, never done when one walk
+        # takes more than a request's budget (the file pending for ever)
         since = st.st_mtime if created is None else created
-        index = self._walk(min(since, time.time()), deadline)
+        index = self._walk(min(since, st.st_ctime, time.time()), deadline)
         found = [self._candidate(p, dev, ino, where) for p in index.by_inner.get(pid, ())]
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
         return self._follow(self._choose(pid, cands, created), pid, created)
@@ -414,7 +435,7 @@ class Writers:
         evidence = False if kthread else holds(self.proc, pid, dev, ino)
         if self._boot is None:
             self._boot = boot_time(self.proc)
-        cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread)
+        cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread, dev=dev, ino=ino)
         if evidence is None and where is not None:
             cand.reaches = reaches(self.proc, pid, dev, where)
         return cand
@@ -427,7 +448,7 @@ class Writers:
             raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other")
         late = [c for c in cands if created is not None and c.started > created + PID_SLACK]
         timely = [c for c in cands if c not in late]
-        confirmed = [c for c in timely if c.holds]
+        confirmed = [c for c in timely if c.holds] or [c for c in late if self._writes(c)]
         if confirmed:
             return max(confirmed, key=lambda c: c.started)
         unknown = [c for c in timely if c.holds is None and c.pid != 1 and c.reaches is not False]
@@ -442,6 +463,17 @@ class Writers:
         seen = f": {mine[0]}" if mine else ""
         raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other{seen}")
 
+    def _writes(self, cand: _Candidate) -> bool:
+        """Whether ``cand``, though it seems to have started after the file, is its writer:
+        it maps the file writable.  Its start time and the file's generation are both read
+        on the wall clock, so a clock stepped forward since the file was created (the first
+        NTP sync of a machine without a battery-backed clock) moves every writer's start
+        past its file; a process given a dead writer's PID cannot map another user's file
+        writable, and the agent is never the writer."""
+        if not cand.holds or cand.pid == os.getpid():
+            return False
+        return maps_writable(self.proc, cand.pid, cand.dev, cand.ino)
+
     def _follow(self, cand: _Candidate, pid: int, created: float | None) -> Writer:
         """Open the chosen process (pidfd, psutil); NoWriter when it went meanwhile."""
         import psutil
@@ -452,7 +484,8 @@ class Writers:
             if self.pidfd:
                 writer.fd = self._pidfd_open(cand.pid)
             writer.process = psutil.Process(cand.pid)
-            if created is not None and writer.process.create_time() > created + PID_SLACK:
+            late = created is not None and writer.process.create_time() > created + PID_SLACK
+            if late and not self._writes(cand):
                 _reused(pid, cand)
             again = innermost(self.proc, cand.pid)
             if again is None or again[-1] != pid:

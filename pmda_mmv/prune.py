@@ -15,7 +15,9 @@ entry is removed only when every one of these holds, checked in this order:
 6. its writer is gone, by the agent's own judgement (:meth:`~.liveness.Writers.open`):
    the process has exited, or its pid belongs to a process started after the file (a
    reused pid);
-7. just before ``unlink``: the name still holds the inode that was judged and the file's
+7. prune runs in the initial PID namespace (in a child one, a container sharing the
+   directory, the host's writers cannot be seen: their files are kept);
+8. just before ``unlink``: the name still holds the inode that was judged and the file's
    header (generation, flags, pid) is unchanged; otherwise it is kept (a writer restarted
    under the same name in between).
 
@@ -49,7 +51,8 @@ from .reader import DEFAULT_MAX_SIZE, MmvFile
 from .rules import printable
 
 # why a file was kept, as the summary counts them (in this order)
-LIVE, NOT_PROCESS, NOT_MMV, NOT_REGULAR, OTHER_OWNER, IGNORED, CHANGED = range(7)
+LIVE, NOT_PROCESS, NOT_MMV, NOT_REGULAR, OTHER_OWNER, IGNORED, CHANGED, UNSEEN = range(8)
+INIT_PID_NS = 0xEFFFFFFC  # the inode of the initial PID namespace (PROC_PID_INIT_INO)
 KEPT_WORDS = {  # category -> (one, several)
     LIVE: ("with a live writer", "with a live writer"),
     NOT_PROCESS: ("not PROCESS", "not PROCESS"),
@@ -58,6 +61,7 @@ KEPT_WORDS = {  # category -> (one, several)
     OTHER_OWNER: ("another user's", "other users'"),
     IGNORED: ("dot-file", "dot-files"),
     CHANGED: ("changed underneath", "changed underneath"),
+    UNSEEN: ("whose writer may be outside this PID namespace",) * 2,
 }
 
 
@@ -83,6 +87,7 @@ class Pruner:
         self.max_size = max_size
         self.uid = os.geteuid()
         self.writers = Writers()  # the agent's liveness judgement; nothing is watched
+        self.nested = not initial_pid_namespace()
         self.report = Report()
 
     def say(self, line: str) -> None:
@@ -105,7 +110,7 @@ class Pruner:
             self.say(f"kept {path}: {why}")
 
     def entry(self, dfd: int, name: str) -> None:
-        """Judge one entry (rules 1 to 6), then remove it (rule 7)."""
+        """Judge one entry (rules 1 to 7), then remove it (rule 8)."""
         path = os.path.join(self.directory, name)
         ignored = ignore_reason(name)
         if ignored is not None:
@@ -136,6 +141,9 @@ class Pruner:
                 writer = self.writers.open(mf)
             except Exited as gone:  # liveness's own words when it has them, else ours
                 why = str(gone) or _departed(pid)
+                if self.nested:  # a writer of the host (or a parent container) is not seen
+                    why += ", but prune runs in a child PID namespace: not judged"
+                    return self.keep(path, why, UNSEEN)
                 self.remove(dfd, name, mf, f"{why} (MMV_FLAG_PROCESS)")
                 return None
             if writer is not None:
@@ -143,7 +151,7 @@ class Pruner:
             return self.keep(path, f"writer process {pid} is running", LIVE)
 
     def remove(self, dfd: int, name: str, mf: MmvFile, why: str) -> None:
-        """Unlink ``name`` if it still is the file judged (rule 7)."""
+        """Unlink ``name`` if it still is the file judged (rule 8)."""
         path = os.path.join(self.directory, name)
         changed = _changed(dfd, name, mf)
         if changed is not None:
@@ -174,6 +182,16 @@ class Pruner:
         if r.failed:
             line += f", {r.failed} could not be removed"
         return line
+
+
+def initial_pid_namespace() -> bool:
+    """Whether this process is in the initial PID namespace, where every writer can be
+    seen: in a child one (a container sharing the directory) a writer outside it is "not
+    found" and its PID may be another process's, so no verdict of exit holds."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INIT_PID_NS
+    except OSError:
+        return True  # no namespaces (a kernel without CONFIG_PID_NS): one, the initial
 
 
 def _changed(dfd: int, name: str, mf: MmvFile) -> str | None:

@@ -13,6 +13,8 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 * Beyond ``cap`` remembered keys the longest-departed are forgotten (their numbers free
   again); when every cluster is served or held, the longest-departed holder of a cluster
   that is not served is evicted (:meth:`Registry.evict_cluster`), the documented last resort.
+  Both take first the names of the owner who holds the most (:meth:`_forgettable`): one
+  user cycling names cannot push another user's numbers out.
 * Persistence: one JSON file (versioned, one record a line), written atomically (temporary
   file in the same directory, fsync, rename, fsync of the directory) by :meth:`save`, which
   the agent calls before it serves a new number.  A missing file is an empty registry; an
@@ -23,10 +25,13 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterable
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -35,6 +40,8 @@ CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
 MAX_CLUSTER: Final = 4095
 MAX_SERIAL: Final = (1 << 22) - 1
+MAX_BYTES: Final = 64 << 20
+"""A registry file larger than this is not read (10,000 names take about 2 MiB)."""
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")
 """``--registry`` values for a registry in memory only."""
@@ -178,7 +185,7 @@ class Registry:
         """The last resort when every cluster is held: the cluster of the longest-departed
         key whose cluster is ``usable`` (not served) is freed, every key holding it
         forgotten.  Returns (cluster, forgotten keys), or None."""
-        for key in self.departed:
+        for key in self._forgettable():
             record = self.records[key]
             if not usable(record.cluster):
                 continue
@@ -188,6 +195,18 @@ class Registry:
                 self.forget(k)
             return cluster, gone
         return None
+
+    def _forgettable(self) -> Iterator[Key]:
+        """The departed keys in the order they are forgotten: those of the owner who holds
+        the most names first, each owner's longest departed first (ties: the owner of the
+        longest departed first).  So a user who cycles names (a file per PID, or hostile)
+        forgets its own names, never another user's departed ones."""
+        counts = Counter(uid for _, uid in self.records)
+        by_uid: dict[int, list[Key]] = {}
+        for key in self.departed:
+            by_uid.setdefault(key[1], []).append(key)
+        for uid in sorted(by_uid, key=lambda u: -counts[u]):
+            yield from by_uid[uid]
 
     def note_eviction(self, line: str) -> None:
         self.evictions = [*self.evictions[-9:], line]
@@ -208,7 +227,7 @@ class Registry:
         if len(self.records) <= self.cap + self.cap // 8:
             return
         excess = len(self.records) - self.cap
-        departed = list(itertools.islice(self.departed, excess))
+        departed = list(itertools.islice(self._forgettable(), excess))
         for key in departed:
             self.forget(key)
         if departed and not self._capped:  # once: a directory of PID-named files does it
@@ -226,16 +245,15 @@ class Registry:
         if self.path is None:
             return
         try:
-            with open(self.path, encoding="utf-8", errors="surrogateescape") as f:
-                text = f.read()
+            text = _read(self.path)
         except FileNotFoundError:
             return
         except OSError as e:
             self._problem(f"cannot read: {e.strerror}; starting empty")
             return
         try:
-            records = _parse(text)
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            records = _parse(text, self.cap + self.cap // 8)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             self._problem(
                 f"not a usable registry ({e}); starting empty, rewritten at the next change"
             )
@@ -259,7 +277,12 @@ class Registry:
         directory = os.path.dirname(self.path) or "."
         tmp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:  # never through a name planted before (a symlink to a file pcp may write)
+                fd = os.open(tmp, flags, 0o644)
+            except FileExistsError:  # left by an agent of this PID killed mid-save, or planted
+                os.unlink(tmp)
+                fd = os.open(tmp, flags, 0o644)
             try:
                 os.write(fd, self.text().encode("utf-8", "surrogateescape"))
                 os.fsync(fd)
@@ -310,6 +333,25 @@ class Registry:
         self.problem = line
 
 
+def _read(path: str) -> str:
+    """The text of the registry file at ``path``: a regular file (a FIFO would block the
+    agent's start for ever, a device never end) of at most MAX_BYTES; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_BYTES >> 20} MiB")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_BYTES >> 20} MiB")
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _drop(table: dict[int, set[Key]], number: int, key: Key) -> bool:
     """``key`` no longer holds ``number``; True when no key does."""
     held = table.get(number)
@@ -327,8 +369,10 @@ def _int(value: Any, low: int, high: int) -> int:
     return value
 
 
-def _parse(text: str) -> Iterable[tuple[Key, Record]]:
-    """The records of a registry file's text, checked; raises ValueError (and the like)."""
+def _parse(text: str, keep: int) -> Iterable[tuple[Key, Record]]:
+    """The last ``keep`` records of a registry file's text (the newest: more would be
+    forgotten at the first change, after costing seconds to check and index before the
+    agent answers pmcd), checked; raises ValueError (and the like)."""
     doc = json.loads(text)
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         version = doc.get("version") if isinstance(doc, dict) else None
@@ -337,7 +381,7 @@ def _parse(text: str) -> Iterable[tuple[Key, Record]]:
     if not isinstance(names, list):
         raise ValueError("names is not a list")
     records = []
-    for item in names:
+    for item in names[-keep:]:
         name = item["name"]
         if not isinstance(name, str) or not name:
             raise ValueError(f"name {name!r}")

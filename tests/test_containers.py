@@ -28,6 +28,7 @@ import pytest
 
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.filestate import NO_WRITER, PENDING
 from pmda_mmv.liveness import Writers, container_of, innermost
 from pmda_mmv.scanner import OK, Scanner
 from tests.mmvbuild import Label, sample
@@ -373,3 +374,30 @@ def test_a_container_whose_mounts_cannot_reach_the_file_is_not_its_writer(
                 decoy.kill()
                 decoy.wait()
             subprocess.run(["umount", str(mmv_dir)], check=False)
+
+
+def test_a_generation_in_the_future_does_not_keep_the_writer_search_going(
+    tmp_path: Path, crowd: list[subprocess.Popen[bytes]]
+) -> None:
+    # A PROCESS file whose generation says it is created an hour from now (any user can
+    # write one) asked for a walk of /proc listed after "its creation", i.e. after every
+    # request: each request began a new walk of its own, taken only if it ended within
+    # that one request's budget (4 walks here before one did, where walks are shared and
+    # resumed; with no walk fitting one budget, as when the budget is spent already,
+    # pending for ever: 25 walks in 50 calls).  The inode's ctime bounds it.
+    budget = 0.1
+    scanner = Scanner(str(tmp_path), Catalogue(), budget=budget)
+    b = sample()
+    b.flags, b.process = fmt.FLAG_PROCESS, crowd[-1].pid
+    b.generation = int(time.time() + 3600) << 32
+    b.write(tmp_path / "future")
+    crowd[-1].kill()
+    crowd[-1].wait()
+    for _ in range(50):
+        scanner.refresh()
+        if scanner.states["future"].state != PENDING:
+            break
+    state = scanner.states["future"]
+    assert state.state == NO_WRITER, (state.state, state.problems)
+    walks: Writers = scanner._writers
+    assert walks.walks == 1

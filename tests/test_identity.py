@@ -325,3 +325,28 @@ def test_a_full_registry_forgets_the_longest_departed_and_serves_on(
     registry = json.loads((registry_dir(writers.mmv_dir) / REGISTRY_NAME).read_text())
     names = [r["name"] for r in registry["names"]]
     assert len(names) <= 3 and "last" in names and "worker_0" not in names
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "device"])
+def test_a_registry_path_that_is_no_registry_never_stops_the_agent(
+    private_dir: Path, writers: Writers, kind: str
+) -> None:
+    # A FIFO blocked the agent's start for ever (pmcd gave up on it after its 5 s), a
+    # symlink to /dev/zero read until memory ran out, a deeply nested JSON document raised
+    # RecursionError out of the load: the agent never served.  Each is now an unusable
+    # registry, logged once, and the agent serves from memory.
+    registry = private_dir / "reg"
+    if kind == "fifo":
+        os.mkfifo(registry)
+    elif kind == "device":
+        registry.symlink_to("/dev/zero")
+    else:
+        registry.write_text('{"version": 1, "names": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    writers.start("app", 42, 7)
+    agent = our_agent(writers.mmv_dir, "--registry", str(registry))
+    pmcd = PrivatePmcd(private_dir / "pmcd", [agent])
+    with pmcd:
+        served(pmcd, "app")
+        log = pmcd.agent_log()
+        why = "not a usable registry" if kind == "deep" else "cannot read: not a regular file"
+        assert log.count(f"identity registry: {why}") == 1, log

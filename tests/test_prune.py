@@ -368,3 +368,89 @@ def test_the_agent_forgets_pruned_files_and_serves_the_live_one(
             "PID namespace or any other"
         )
         assert log.count(line) == 1, log
+
+
+def test_a_live_writer_is_kept_after_the_clock_was_stepped_forward(
+    tmp_path: Path, writers: Writers
+) -> None:
+    # A machine without a battery-backed clock boots, a writer creates its file, then NTP
+    # steps the wall clock forward: the file's generation keeps the old time while process
+    # start times (boot time + ticks, /proc/stat btime moves with the clock) move forward,
+    # so the writer seems to have started after its file.  Made here by moving the file's
+    # generation 60 s back.  It maps the file writable: it is the writer, not a reused PID
+    # (prune removed it and the agent refused it: "PID N belongs to a process started
+    # after this file: PID reused").
+    d = make_dir(tmp_path / "mmv")
+    proc = writers.start(d / "live")
+    with open(d / "live", "r+b") as f:
+        at = fmt.HEADER.at
+        f.seek(at["g1"])
+        g1 = struct.unpack("=Q", f.read(8))[0]
+        g1 = ((g1 >> 32) - 60) << 32
+        for name in ("g1", "g2"):
+            f.seek(at[name])
+            f.write(struct.pack("=Q", g1))
+    assert created(d / "live") < time.time() - 59
+    out = run_prune("-v", str(d))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"kept {d}/live: writer process {proc.pid} is running",
+        f"{d}: 0 files removed, 1 kept (1 with a live writer)",
+    ]
+    assert (d / "live").exists()
+
+
+def test_a_reader_given_a_dead_writers_pid_is_not_its_writer(
+    tmp_path: Path, writers: Writers
+) -> None:
+    # The exemption above is for a process that maps the file writable: one that was given
+    # a dead writer's PID and maps its file read-only (a reader) is still a reused PID.
+    d = make_dir(tmp_path / "mmv")
+    writers.crash(d / "app")
+    time.sleep(max(0.0, created(d / "app") + PID_SLACK + 0.5 - time.time()))
+    reader = subprocess.Popen(
+        [SYSTEM_PYTHON, "-c", READER, str(d / "app")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == b"mapped\n"
+        set_pid(d / "app", reader.pid)
+        out = run_prune(str(d))
+        assert out.returncode == 0, out.stderr
+        assert "PID reused" in out.stdout and not (d / "app").exists(), out.stdout
+    finally:
+        reader.kill()
+        reader.wait(30)
+
+
+READER = """
+import mmap, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+print("mapped", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_prune_in_a_child_pid_namespace_removes_nothing(tmp_path: Path, writers: Writers) -> None:
+    # A container sharing the directory with the host (a bind mount) cannot see the host's
+    # writers: prune run there said "writer PID N not found in this PID namespace or any
+    # other" of a live host writer and removed its file.  It now keeps every file it cannot
+    # judge, dead writers' included (the host's prune removes those).
+    d = make_dir(tmp_path / "mmv")
+    live = writers.start(d / "live")
+    writers.crash(d / "exited")
+    unshare = ["unshare", "--pid", "--fork", "--mount-proc"]
+    out = subprocess.run(
+        [*unshare, sys.executable, "-m", "pmda_mmv", "prune", "-v", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in d.iterdir()} == {"live", "exited"}, out.stdout
+    assert f"kept {d}/live: writer PID {live.pid} not found" in out.stdout
+    assert out.stdout.splitlines()[-1] == (
+        f"{d}: 0 files removed, 2 kept (2 whose writer may be outside this PID namespace)"
+    )
+    host = run_prune(str(d)).stdout.splitlines()[-1]  # on the host: the dead writer's goes
+    assert host == f"{d}: 1 file removed, 1 kept (1 with a live writer)"

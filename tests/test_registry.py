@@ -329,3 +329,66 @@ def test_newcomers_past_many_departed_clusters_cost_no_rescan(tmp_path: Path) ->
     assert calls < 2000 + 100 * 3
     cat.registry.forget(("old5", 0))
     assert add("after") == 6
+
+
+def test_one_user_cycling_names_forgets_its_own_not_another_users() -> None:
+    # A user who cycles names (a file per PID, or on purpose) pushed every other user's
+    # departed names out past the cap: their clusters were free again and given to the
+    # next newcomer, so a returning victim's PMIDs were another user's.  The owner holding
+    # the most names now forgets first.
+    r = Registry(cap=8)
+    r.serve(("victim", 0), 60, 60, False, {1: 500})
+    r.depart(("victim", 0))
+    for n in range(40):
+        r.serve((f"churn{n}", STRANGER), n + 100, 0, False, {})
+        r.depart((f"churn{n}", STRANGER))
+    assert r.get(("victim", 0)) is not None
+    assert r.cluster_held(60) and r.serial_held(500)
+    assert r.get((f"churn{0}", STRANGER)) is None and r.get(("churn39", STRANGER)) is not None
+
+
+def test_pool_exhausted_evicts_the_busiest_owners_longest_departed() -> None:
+    # every cluster held: the stranger's 4,094 departed names go before the victim's one
+    r = Registry()
+    r.serve(("victim", 0), 1, 1, False, {})
+    r.depart(("victim", 0))
+    for c in range(2, fmt.MAX_CLUSTER + 1):
+        r.serve((f"s{c}", STRANGER), c, 0, False, {})
+        r.depart((f"s{c}", STRANGER))
+    evicted = r.evict_cluster(lambda c: True)
+    assert evicted == (2, [("s2", STRANGER)])
+    assert r.get(("victim", 0)) is not None
+
+
+def test_save_never_writes_through_a_planted_temporary_name(tmp_path: Path) -> None:
+    # The temporary file's name is predictable ({path}.{pid}.tmp): one planted as a symlink
+    # (a --registry in a directory others may write) was opened with O_TRUNC and followed,
+    # so the save overwrote the symlink's target.  It is now created O_EXCL | O_NOFOLLOW,
+    # a name left there removed first (a save killed at the same PID leaves one too).
+    path = tmp_path / "reg.json"
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    os.symlink(target, f"{path}.{os.getpid()}.tmp")
+    r = Registry(str(path))
+    r.serve(("a", 0), 5, 5, False, {})
+    assert r.save()
+    assert target.read_text() == "keep me\n"
+    assert json.loads(path.read_text())["names"][0]["name"] == "a"
+    assert not os.path.lexists(f"{path}.{os.getpid()}.tmp")
+
+
+def test_load_keeps_only_the_newest_names_the_cap_allows(tmp_path: Path) -> None:
+    # A registry file far past the cap (hand-edited, or written with a larger
+    # --registry-cap) was checked and indexed whole before the agent answered pmcd: 250,000
+    # names (51 MiB) took 9.2 s to load and 3.4 s more at the first change (the trim),
+    # beyond pmcd's 5 s.  Only the newest cap + cap/8 are read (1.7 s, then 0.01 s).
+    path = tmp_path / "reg.json"
+    big = Registry(str(path))
+    for n in range(100):
+        big.serve((f"n{n}", 0), n + 1, 0, False, {1: n + 10})
+        big.depart((f"n{n}", 0))
+    assert big.save()
+    small = Registry(str(path), cap=8)
+    small.load()
+    assert [name for name, _ in small.records] == [f"n{n}" for n in range(91, 100)]
+    assert not small.cluster_held(1) and small.cluster_held(100) and small.serial_held(109)
