@@ -180,6 +180,13 @@ class ProcIndex:
 def innermost(proc: str, pid: int) -> list[int] | None:
     """The ``NSpid`` list of ``pid`` (its PID in the agent's namespace first, innermost
     last; ``[pid]`` without NSpid, Linux < 4.1), or None when it is gone."""
+    status = _status(proc, pid)
+    return None if status is None else status[0]
+
+
+def _status(proc: str, pid: int) -> tuple[list[int], frozenset[int]] | None:
+    """``pid``'s NSpid list (see :func:`innermost`) and user ids (real, effective, saved,
+    filesystem: ``Uid:``, readable by every user), or None when it is gone."""
     try:
         fd = os.open(f"{proc}/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -190,14 +197,21 @@ def innermost(proc: str, pid: int) -> list[int] | None:
         return None
     finally:
         os.close(fd)
-    i = data.find(b"\nNSpid:")
-    if i < 0:
-        return [pid]
-    j = data.find(b"\n", i + 1)
     try:
-        return [int(w) for w in data[i + 7 : j].split()]
+        uids = frozenset(int(w) for w in _field(data, b"Uid:") or ())
+        nspid = _field(data, b"NSpid:")
+        return ([pid] if nspid is None else [int(w) for w in nspid]), uids
     except ValueError:
         return None
+
+
+def _field(status: bytes, name: bytes) -> list[bytes] | None:
+    """The words of line ``name`` of a /proc status file, or None when it has none."""
+    i = status.find(b"\n" + name)
+    if i < 0:
+        return None
+    j = status.find(b"\n", i + 1)
+    return status[i + 1 + len(name) : j if j >= 0 else len(status)].split()
 
 
 def _stat(proc: str, pid: int) -> tuple[float, int] | None:
@@ -352,15 +366,19 @@ class _Candidate:
     reaches: bool | None = None  # its mounts reach the file (looked at when holds is None)
     dev: int = 0  # the file's device and inode
     ino: int = 0
+    uids: frozenset[int] = frozenset()  # its real, effective, saved and filesystem uids
 
-    def why_not(self) -> str:
-        """Why this process of the header's PID is not taken for the writer."""
+    def why_not(self, owner: int) -> str:
+        """Why this process of the header's PID is not taken for the writer of a file of
+        user ``owner``."""
         where = "here" if len(self.nspid) == 1 else f"(PID {self.pid} here)"
         who = f"PID {self.nspid[-1]} {where}"
         if self.kthread:
             return f"{who} is a kernel thread"
         if self.holds is None and self.reaches is False:
             return f"{who} has no mount that holds this file"
+        if self.holds is None and owner not in self.uids:
+            return f"{who} is another user's process, whose maps the agent may not read"
         if self.holds is None:  # the agent's own init, whose maps it may not read
             return f"{who} is init, whose maps the agent may not read"
         return f"{who} does not have this file mapped or open"
@@ -407,7 +425,7 @@ class Writers:
         index = self._walk(min(since, st.st_ctime, time.time()), deadline)
         found = [self._candidate(p, dev, ino, where) for p in index.by_inner.get(pid, ())]
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
-        return self._follow(self._choose(pid, cands, created), pid, created)
+        return self._follow(self._choose(pid, cands, created, st.st_uid), pid, created)
 
     def _walk(self, since: float, deadline: float | None) -> ProcIndex:
         """A finished walk of /proc that listed it after ``since`` (wall clock): the last
@@ -426,24 +444,30 @@ class Writers:
     def _candidate(self, pid: int, dev: int, ino: int, where: str | None) -> _Candidate | None:
         """Process ``pid`` as a candidate writer of the file (``dev``, ``ino``), at ``where``
         within its filesystem (None: not known, its mounts are not looked at)."""
-        nspid = innermost(self.proc, pid)
+        status = _status(self.proc, pid)
         st = _stat(self.proc, pid)
-        if nspid is None or st is None:
+        if status is None or st is None:
             return None
+        nspid, uids = status
         started, flags = st
         kthread = bool(flags & PF_KTHREAD)
         evidence = False if kthread else holds(self.proc, pid, dev, ino)
         if self._boot is None:
             self._boot = boot_time(self.proc)
         cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread, dev=dev, ino=ino)
+        cand.uids = uids
         if evidence is None and where is not None:
             cand.reaches = reaches(self.proc, pid, dev, where)
         return cand
 
-    def _choose(self, pid: int, cands: list[_Candidate], created: float | None) -> _Candidate:
+    def _choose(
+        self, pid: int, cands: list[_Candidate], created: float | None, owner: int
+    ) -> _Candidate:
         """The writer among the processes of innermost PID ``pid``: the one whose maps show
-        the file, else (maps unreadable) the one that started last before the file, never
-        the agent's own init; NoWriter saying what was seen when none is."""
+        the file, else (maps unreadable) the one of the file's ``owner`` that started last
+        before the file, never the agent's own init; NoWriter saying what was seen when
+        none is.  Without evidence from the maps, a process of another user is never taken:
+        in a PID namespace of its own, any user can hold any innermost PID."""
         if not cands:
             raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other")
         late = [c for c in cands if created is not None and c.started > created + PID_SLACK]
@@ -451,7 +475,11 @@ class Writers:
         confirmed = [c for c in timely if c.holds] or [c for c in late if self._writes(c)]
         if confirmed:
             return max(confirmed, key=lambda c: c.started)
-        unknown = [c for c in timely if c.holds is None and c.pid != 1 and c.reaches is not False]
+        unknown = [
+            c
+            for c in timely
+            if c.holds is None and c.pid != 1 and c.reaches is not False and owner in c.uids
+        ]
         if unknown:
             return max(unknown, key=lambda c: c.started)
         if late and not timely:  # every holder of that PID started after the file
@@ -459,7 +487,7 @@ class Writers:
             return _reused(pid, here)
         # what was seen of the agent's own process of that number (the host's init, a
         # process that does not map the file): those of other namespaces come and go
-        mine = [c.why_not() for c in timely if len(c.nspid) == 1]
+        mine = [c.why_not(owner) for c in timely if len(c.nspid) == 1]
         seen = f": {mine[0]}" if mine else ""
         raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other{seen}")
 

@@ -401,3 +401,42 @@ def test_a_generation_in_the_future_does_not_keep_the_writer_search_going(
     assert state.state == NO_WRITER, (state.state, state.problems)
     walks: Writers = scanner._writers
     assert walks.walks == 1
+
+
+def test_another_users_process_at_the_header_pid_is_not_the_writer(
+    agent: Agent,
+) -> None:
+    # Any user can hold any innermost PID in a PID namespace of its own.  Here user nobody
+    # holds PID 1 of a namespace started before a root writer's (PID 1 of its own); the
+    # writer is killed before the agent sees its file.  The agent (pcp) can read neither's
+    # maps: by start time and mounts alone nobody's process would be taken for the dead
+    # writer, and the file served for ever, frozen; only the file's owner may be its writer.
+    stage = agent.dir / ".owner-stage"  # a directory the agent does not look into
+    stage.mkdir()
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    squatter = subprocess.Popen(
+        [*UNSHARE, *as_nobody, "sh", "-c", "echo ready && exec sleep 600"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    writer = None
+    try:
+        assert squatter.stdout is not None and squatter.stdout.readline() == "ready\n"
+        time.sleep(0.05)  # the squatter starts before the file, as a writer would
+        writer = ns_writer(stage / "owned", 1, 490)
+        writer.kill()
+        inner = [p for p in _tree(squatter.pid) if (innermost("/proc", p) or [0])[-1] == 1]
+        assert len(inner) == 1 and psutil.Process(inner[0]).username() == "nobody"
+        os.rename(stage / "owned", agent.dir / "owned")
+        got = agent.probe("mmv.owned.alive")["mmv.owned.alive"]
+        assert got.startswith(UNKNOWN_NAME), got
+        state, why = agent.status("owned")
+        assert state == NO_WRITER, (state, why)
+        assert "writer PID 1 not found in this PID namespace or any other" in why
+    finally:
+        if writer is not None:
+            writer.stop()
+        squatter.kill()
+        squatter.wait(30)
+        (agent.dir / "owned").unlink(missing_ok=True)
+        stage.rmdir()
