@@ -8,18 +8,24 @@ into a dead writer's header the pid of a process started after the file.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+import pmda_mmv
 from pmda_mmv import layout as fmt
 from pmda_mmv import prune
 from pmda_mmv.liveness import PID_SLACK
@@ -119,14 +125,33 @@ def created(path: Path) -> float:
 
 
 def run_prune(*args: str, user: int | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``pmda-mmv prune ARGS``; as ``user`` (not root): Debian's python3 with a copy of the
+    package that user can read (the checkout may be under /root, mode 0700)."""
+    python = [sys.executable]
+    if user is not None:
+        python = [SYSTEM_PYTHON]
+        env = {**env, "PYTHONPATH": str(readable_package())}
     return subprocess.run(
-        [sys.executable, "-m", "pmda_mmv", "prune", *args],
+        [*python, "-m", "pmda_mmv", "prune", *args],
         capture_output=True,
         text=True,
         timeout=60,
         user=user,
         env={**os.environ, **env},
     )
+
+
+@functools.cache
+def readable_package() -> Path:
+    """A directory every user can read holding copies of pmda_mmv and psutil (removed at
+    exit)."""
+    top = Path(tempfile.mkdtemp(prefix="pmda-mmv-prune-package-"))
+    atexit.register(shutil.rmtree, top, True)
+    top.chmod(0o755)
+    for module in (pmda_mmv, psutil):
+        source = Path(module.__file__ or "").parent
+        shutil.copytree(source, top / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return top
 
 
 def populate(
