@@ -2,9 +2,11 @@
 
 A file's identity is its name and its owner (uid): :data:`Key`.  For each key the registry
 keeps the cluster the file was served under, the header cluster it asked for, whether it is
-a NOPREFIX file, and the PCP indom serial of each of its indoms (``{file serial: PCP
-serial}``).  Keys are kept in last-seen order (a key moves to the end when it is served and
-when it departs); served keys are *present*, the others *departed*.
+a NOPREFIX file, the PCP indom serial of each of its indoms (``{file serial: PCP
+serial}``), and the PMID of each metric it ever had served under a spill cluster
+(``{metric name: (cluster, item)}``, oldest first; docs/spill.md).  Keys are kept in
+last-seen order (a key moves to the end when it is served and when it departs); served keys
+are *present*, the others *departed*.
 
 Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 
@@ -34,6 +36,7 @@ CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
 MAX_CLUSTER: Final = 4095
 MAX_SERIAL: Final = (1 << 22) - 1
+MAX_ITEM: Final = 1023
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")
 """``--registry`` values for a registry in memory only."""
@@ -51,6 +54,11 @@ class Record:
     asked: int
     noprefix: bool = False
     indoms: dict[int, int] = field(default_factory=dict)
+    spills: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def all_clusters(self) -> set[int]:
+        """The file's cluster and its spill clusters."""
+        return {self.cluster, *(c for c, _ in self.spills.values())}
 
 
 def default_path(var_dir: str, domain: int) -> str:
@@ -122,11 +130,17 @@ class Registry:
     # -- changes
 
     def serve(
-        self, key: Key, cluster: int, asked: int, noprefix: bool, indoms: dict[int, int]
+        self,
+        key: Key,
+        cluster: int,
+        asked: int,
+        noprefix: bool,
+        indoms: dict[int, int],
+        spills: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         """``key`` is served with these numbers (now present, newest)."""
         old = self.records.get(key)
-        new = Record(cluster, asked, noprefix, dict(indoms))
+        new = Record(cluster, asked, noprefix, dict(indoms), dict(spills or {}))
         if old is not None:
             if old == new and key in self.present and next(reversed(self.records)) == key:
                 return
@@ -166,7 +180,7 @@ class Registry:
         key whose cluster is ``usable`` (not served) is freed, every key holding it
         forgotten.  Returns (cluster, forgotten keys), or None."""
         for key, record in self.records.items():
-            if key in self.present or not usable(record.cluster):
+            if key in self.present or not all(usable(c) for c in record.all_clusters()):
                 continue
             cluster = record.cluster
             gone = [k for k in self.records if k in self.clusters.get(cluster, ())]
@@ -179,12 +193,14 @@ class Registry:
         self.evictions = [*self.evictions[-9:], line]
 
     def _link(self, key: Key, record: Record) -> None:
-        self.clusters.setdefault(record.cluster, set()).add(key)
+        for cluster in record.all_clusters():
+            self.clusters.setdefault(cluster, set()).add(key)
         for serial in record.indoms.values():
             self.serials.setdefault(serial, set()).add(key)
 
     def _unlink(self, key: Key, record: Record) -> None:
-        _drop(self.clusters, record.cluster, key)
+        for cluster in record.all_clusters():
+            _drop(self.clusters, cluster, key)
         for serial in record.indoms.values():
             _drop(self.serials, serial, key)
 
@@ -278,6 +294,7 @@ class Registry:
                 "asked": r.asked,
                 "noprefix": r.noprefix,
                 "indoms": {str(s): p for s, p in sorted(r.indoms.items())},
+                **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
                 "present": key in self.present,
             }
             lines[key] = json.dumps(doc)
@@ -322,11 +339,17 @@ def _parse(text: str) -> Iterable[tuple[Key, Record]]:
         indoms = item.get("indoms", {})
         if not isinstance(indoms, dict):
             raise ValueError(f"{name}: indoms is not an object")
+        spills = item.get("spills", {})
+        if not isinstance(spills, dict) or not all(
+            isinstance(n, str) and isinstance(ci, list) and len(ci) == 2 for n, ci in spills.items()
+        ):
+            raise ValueError(f"{name}: spills is not an object of [cluster, item]")
         record = Record(
             _int(item["cluster"], 1, MAX_CLUSTER),
             _int(item.get("asked", 0), 0, MAX_CLUSTER),
             bool(item.get("noprefix", False)),
             {_int(int(s), 0, MAX_SERIAL): _int(p, 1, MAX_SERIAL) for s, p in indoms.items()},
+            {n: (_int(c, 1, MAX_CLUSTER), _int(i, 0, MAX_ITEM)) for n, (c, i) in spills.items()},
         )
         records.append(((name, _int(item["uid"], 0, (1 << 32) - 1)), record))
     return records
