@@ -449,10 +449,11 @@ class Catalogue:
             return
         mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
         spills = {n: ci for n, ci in known.items() if ci[0] not in mine}
-        if len(spills) > SPILL_CAP:  # the oldest departed names are forgotten
+        excess = len(spills.keys() | set(wanted)) - SPILL_CAP
+        if excess > 0:  # the oldest departed names are forgotten
             present = set(wanted)
             departed = [n for n in spills if n not in present]
-            for n in departed[: len(spills) - SPILL_CAP]:
+            for n in departed[:excess]:
                 del spills[n]
         used: dict[int, set[int]] = {}
         for c, i in spills.values():
