@@ -184,6 +184,7 @@ class Catalogue:
         self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
         self.registry = registry if registry is not None else Registry()
         self.identity = ""  # why the last choose_cluster moved a file (FileEntry.identity)
+        self._evicted = ""  # the eviction the last choose_cluster made, as a note
         self.refusal = ""  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
@@ -215,7 +216,9 @@ class Catalogue:
         if record is not None and asked in (0, record.asked):
             own = record.cluster  # a returning name: its own cluster, whoever asks for it
             if own not in taken or self.shareable(mf, own):
-                if asked and own != asked:  # moved when it first came: said, not logged
+                if record.note:  # moved when it first came: said again, not logged
+                    self.identity = record.note
+                elif asked and own != asked:
                     self.identity = self._moved(mf, asked, own)
                 return own
         if asked:
@@ -229,12 +232,15 @@ class Catalogue:
             if record is not None and record.cluster not in taken:
                 self.identity = self._moved(mf, asked, record.cluster)
                 return record.cluster  # asks for another cluster it cannot have: keeps its own
+        self._evicted = ""
         c = self._free_cluster(requested)
         if c is None:
             return None
         if asked:
             self.identity = self._moved(mf, asked, c)
             self.info(f"{mf.path}: {fmt.header_field('cluster')}: {self.identity}")
+        if self._evicted:
+            self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
         return c
 
     def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
@@ -289,6 +295,8 @@ class Catalogue:
         )
         registry.note_eviction(line)
         self.log(line)
+        held = ", ".join(describe(k) for k in gone)
+        self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
         return cluster
 
     def shareable(self, mf: MmvFile, cluster: int) -> bool:
@@ -425,8 +433,15 @@ class Catalogue:
         entry.identity = self.identity
         self.files[mf.name] = entry
         indoms = {serial: si.serial for serial, si in entry.indoms.items()}
+        key = (mf.name, mf.uid)
         self.registry.serve(
-            (mf.name, mf.uid), cluster, mf.header.cluster, mf.header.noprefix, indoms, entry.spills
+            key,
+            cluster,
+            mf.header.cluster,
+            mf.header.noprefix,
+            indoms,
+            entry.identity,
+            entry.spills,
         )
         if entry.spill_clusters:
             n = len(entry.spilled)

@@ -54,6 +54,7 @@ class Record:
     asked: int
     noprefix: bool = False
     indoms: dict[int, int] = field(default_factory=dict)
+    note: str = ""  # why it is not where it asked, as said when it was numbered
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def all_clusters(self) -> set[int]:
@@ -97,6 +98,7 @@ class Registry:
         self.problem = ""  # the last load or save problem ("" when none)
         self.saves = 0
         self._lines: dict[Key, str] = {}  # each record's JSON line, until it changes
+        self._capped = False  # the cap was reached (logged once)
 
     # -- queries
 
@@ -136,21 +138,22 @@ class Registry:
         asked: int,
         noprefix: bool,
         indoms: dict[int, int],
+        note: str = "",
         spills: dict[str, tuple[int, int]] | None = None,
     ) -> None:
-        """``key`` is served with these numbers (now present, newest)."""
+        """``key`` is served with these numbers (now present, newest); ``note``: why it is
+        not served where it asked (kept: ``check`` shows it after the holder is gone)."""
         old = self.records.get(key)
-        new = Record(cluster, asked, noprefix, dict(indoms), dict(spills or {}))
+        new = Record(cluster, asked, noprefix, dict(indoms), note, dict(spills or {}))
         if old is not None:
-            if old == new and key in self.present and next(reversed(self.records)) == key:
-                return
             self._unlink(key, old)
             del self.records[key]
         self.records[key] = new
         self._lines.pop(key, None)
         self._link(key, new)
         self.present.add(key)
-        self.dirty = True
+        if old != new:  # new numbers: on disk before they are served (a file reloaded or
+            self.dirty = True  # back with its own numbers costs no save)
         self._trim()
 
     def depart(self, key: Key) -> None:
@@ -161,9 +164,8 @@ class Registry:
         self._lines.pop(key, None)
         record = self.records.pop(key, None)
         if record is not None:
-            self.records[key] = record
-        self.dirty = True
-        self._trim()
+            self.records[key] = record  # saved with the next change (the order only
+        self._trim()  # decides which departed name is forgotten first)
 
     def forget(self, key: Key) -> Record | None:
         record = self.records.pop(key, None)
@@ -212,10 +214,11 @@ class Registry:
         departed = [k for k in self.records if k not in self.present][:excess]
         for key in departed:
             self.forget(key)
-        if departed:
+        if departed and not self._capped:  # once: a directory of PID-named files does it
+            self._capped = True  # every few hundred names, for ever
             self.log(
                 f"identity registry: more than {self.cap} names remembered (--registry-cap): "
-                f"forgot the {len(departed)} longest departed, from {describe(departed[0])}"
+                f"the longest departed are forgotten from now on, from {describe(departed[0])}"
             )
 
     # -- persistence
@@ -297,6 +300,8 @@ class Registry:
                 **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
                 "present": key in self.present,
             }
+            if r.note:
+                doc["note"] = r.note
             lines[key] = json.dumps(doc)
         body = ",\n".join(lines[key] for key in self.records)
         return f'{{"version": {VERSION}, "names": [\n{body}\n]}}\n'
@@ -349,6 +354,7 @@ def _parse(text: str) -> Iterable[tuple[Key, Record]]:
             _int(item.get("asked", 0), 0, MAX_CLUSTER),
             bool(item.get("noprefix", False)),
             {_int(int(s), 0, MAX_SERIAL): _int(p, 1, MAX_SERIAL) for s, p in indoms.items()},
+            str(item.get("note", "")),
             {n: (_int(c, 1, MAX_CLUSTER), _int(i, 0, MAX_ITEM)) for n, (c, i) in spills.items()},
         )
         records.append(((name, _int(item["uid"], 0, (1 << 32) - 1)), record))

@@ -145,6 +145,8 @@ class Directory:
             if entry.identity:
                 lost["why"] = entry.identity
             conflicts.append(lost)
+        elif entry.identity:  # a cluster-0 file given an evicted name's cluster
+            conflicts.append({"cluster": entry.cluster, "winner": None, "why": entry.identity})
         conflicts += self._names_lost(mf, set(served), entry.cluster)
         conflicts = conflicts[: fmt.MAX_PROBLEMS]  # bounded, as the problems
         spills = [

@@ -306,3 +306,22 @@ def test_an_unusable_registry_file_never_stops_the_agent(
         writers.start("more", 0, 8)
         served(pmcd, "more")
         assert pmcd.agent_log().count("cannot save") == 1, pmcd.agent_log()
+
+
+def test_a_full_registry_forgets_the_longest_departed_and_serves_on(
+    private_dir: Path, writers: Writers
+) -> None:
+    pmcd = PrivatePmcd(private_dir / "pmcd", [our_agent(writers.mmv_dir, "--registry-cap", "2")])
+    with pmcd:
+        for k in range(6):  # PROCESS writers named by PID come and go
+            writers.start(f"worker_{k}", 42, k, PROCESS)
+            served(pmcd, f"worker_{k}")
+            writers.kill(f"worker_{k}")
+        writers.start("last", 42, 99, PROCESS)
+        served(pmcd, "last")
+        assert pmcd.fetch("mmv.last.requests") == {None: "99"}
+        log = pmcd.agent_log()
+        assert log.count("more than 2 names remembered (--registry-cap)") == 1, log
+    registry = json.loads((registry_dir(writers.mmv_dir) / REGISTRY_NAME).read_text())
+    names = [r["name"] for r in registry["names"]]
+    assert len(names) <= 3 and "last" in names and "worker_0" not in names

@@ -4,6 +4,7 @@ failures (issue 22; issue 28 #7 and #8)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv import layout as fmt
+from pmda_mmv import verdict
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.reader import MmvFile
 from pmda_mmv.registry import VERSION, Record, Registry, default_path
@@ -157,13 +159,43 @@ def test_pool_exhausted_evicts_the_longest_departed(
     assert add("new2") == clusters[3]
     assert any("every cluster is served or remembered: cluster 8 of f0007" in x for x in logged)
     assert cat.registry.evictions and cat.registry.get(("f0007", 0)) is None
+    note = "cluster 8 was f0007's (departed longest): every cluster was held"
+    assert cat.files["new1"].identity == note  # the status metric's text
+    assert json.dumps(note) in cat.registry.text()  # kept: check shows it later
+
+
+def test_check_reads_the_registry_and_explains_numbers(tmp_path: Path) -> None:
+    # check takes the agent's --registry, read only: a file's reassignment (and an
+    # eviction noted when it was numbered) is explained with the file that held the number
+    d = tmp_path / "mmv"
+    d.mkdir()
+    build(42).write(d / "websrv_8100")
+    build(0).write(d / "new1")
+    reg = tmp_path / "reg.json"
+    registry = Registry(str(reg))
+    registry.serve(("websrv_7205", 0), 42, 42, False, {})
+    registry.depart(("websrv_7205", 0))
+    registry.serve(("new1", 0), 8, 0, False, {}, "cluster 8 was f0007's (departed longest)")
+    registry.depart(("new1", 0))
+    assert registry.save()
+    before = reg.read_bytes()
+    out = io.StringIO()
+    verdict.check([str(d)], False, out, verdict.Options(registry=str(reg)))
+    text = out.getvalue()
+    assert "cluster: asked for cluster 42, held by websrv_7205 (departed): served as" in text
+    assert "cluster: cluster 8 was f0007's (departed longest)" in text
+    assert reg.read_bytes() == before  # read only
+    out = io.StringIO()
+    verdict.check([str(d / "websrv_8100")], False, out)  # no registry: nothing held
+    assert out.getvalue().split("/")[-1] == "websrv_8100: ok\n"
 
 
 # -- the registry alone -----------------------------------------------------------------------
 
 
 def test_cap_forgets_the_longest_departed_first() -> None:
-    r = Registry(cap=8)
+    logged: list[str] = []
+    r = Registry(cap=8, log=logged.append)
     r.serve(("stays", 0), 1, 0, False, {})
     for n in range(40):
         r.serve((f"gone{n}", 0), n + 2, 0, False, {n: n + 100})
@@ -173,6 +205,8 @@ def test_cap_forgets_the_longest_departed_first() -> None:
     assert "stays" in names and "gone39" in names and "gone0" not in names
     assert not r.cluster_held(2) and not r.serial_held(100)  # forgotten numbers are free
     assert r.cluster_held(41) and r.serial_held(139)
+    assert len(logged) == 1 and "more than 8 names remembered" in logged[0]  # once
+    assert r.evicted == 40 - 8
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
@@ -251,3 +285,15 @@ def test_readonly_and_memory_registries_write_nothing(tmp_path: Path) -> None:
 
 def test_default_path_is_under_pcp_var_dir() -> None:
     assert default_path("/var/lib/pcp", 70) == "/var/lib/pcp/config/pmda/70.mmv-identity.json"
+
+
+def test_only_new_numbers_make_a_save(tmp_path: Path, cat: Catalogue) -> None:
+    # a writer rewriting its file (a new generation) is reloaded under its own numbers:
+    # no save, so reloads and departures cost no fsync inside the request
+    assert serve(cat, load(tmp_path, "app", build(5, indom=2))) == 5
+    assert cat.registry.dirty and cat.registry.save()
+    gone(cat, "app")
+    assert serve(cat, load(tmp_path, "app", build(5, indom=2))) == 5
+    assert not cat.registry.dirty
+    serve(cat, load(tmp_path, "other", build(0)))
+    assert cat.registry.dirty

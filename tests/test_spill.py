@@ -277,7 +277,7 @@ def test_spill_clusters_are_another_files_never(tmp_path: Path) -> None:
 
 def test_registry_keeps_spills_in_its_file(tmp_path: Path) -> None:
     reg = Registry(str(tmp_path / "r.json"))
-    reg.serve(("f", 0), 3, 0, False, {}, {"m": (9, 44)})
+    reg.serve(("f", 0), 3, 0, False, {}, spills={"m": (9, 44)})
     reg.save()
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["names"][0]["spills"] == {"m": [9, 44]}
