@@ -300,6 +300,46 @@ def test_spilled_names_remembered_are_bounded(tmp_path: Path) -> None:
     assert record is not None and len(record.spills) == SPILL_CAP
 
 
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "pmda_mmv", *args], capture_output=True, text=True
+    )
+
+
+def test_check_dump_and_debug_list_every_spilled_metric_alike(tmp_path: Path) -> None:
+    """One judgement: the same PMID for each spilled metric in check (JSON and text),
+    dump and debug (each reading the agent's registry, read only), the file ``ok`` in
+    check and dump (for 1,500 metrics check said refused and dump partial)."""
+    pairs = fnv_collisions(2)
+    hashed_file(2, pairs, base=1).build().write(tmp_path / "client")
+    build(tmp_path / "big", [(f"x{k}", k + 1) for k in range(1500)])
+    [big, client] = json.loads(cli("check", "--json", str(tmp_path)).stdout)  # sorted
+    assert (client["status"], big["status"]) == ("ok", "ok")
+    assert client["problems"] == big["problems"] == []
+    assert len(big["spills"]) == 1500 - fmt.MAX_ITEM and len(client["spills"]) == 2
+    expected = {s["name"]: s["pmid"] for s in client["spills"] + big["spills"]}
+    for first, second in pairs:
+        assert f"metrics[{[n for p in pairs for n in p].index(first)}] {first!r}" in next(
+            s["why"] for s in client["spills"] if s["metric"] == second
+        )
+    text = cli("check", str(tmp_path / "client")).stdout.splitlines()
+    assert text[0] == f"{tmp_path / 'client'}: ok"
+    shown = dict(re.findall(r"^  spilled: (\S+) PMID (\S+): ", "\n".join(text), re.M))
+    assert shown == {k: v for k, v in expected.items() if ".client." in k}
+    dump = json.loads(cli("dump", "--json", str(tmp_path / "client"), str(tmp_path / "big")).stdout)
+    assert [d["status"] for d in dump] == ["ok", "ok"]
+    dumped = {
+        f"mmv.{Path(d['file']).name}.{m['name']}": m["pmid"]
+        for d in dump
+        for m in d["metrics"]
+        if m["spill"]
+    }
+    assert dumped == expected
+    debug = cli("debug", "--dir", str(tmp_path), "--once").stdout
+    listed = re.findall(r"^(\S+)  PMID (\S+)  .*\n(?:    .*\n){0,2}    Spilled: ", debug, re.M)
+    assert dict(listed) == expected
+
+
 # -- real writers, real pmcd ------------------------------------------------------------------
 
 pmcd_mark = pytest.mark.pmcd
@@ -345,6 +385,7 @@ def test_libpcp_mmv_registry_files_are_served_whole(
         assert labels[name]["app"] == "big", labels  # the file's cluster labels
         assert labels[name]["queue"] == k, labels  # its own item's labels
     assert pmcd.fetch("mmv.control.file.metrics") == {"big": str(n)}
+    assert pmcd.fetch("mmv.control.metrics") == {None: str(n)}
     assert pmcd.fetch("mmv.control.file.state") == {"big": '"ok"'}
     [verdict] = check_json(mmv_dir, mmv_dir / "big")
     assert verdict["status"] == "ok" and len(verdict["served"]) == n
