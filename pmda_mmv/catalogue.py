@@ -304,13 +304,17 @@ class Catalogue:
         one application do when each adds its instances to the same metrics (PCP QA 648):
         the files have the same owner, and every metric of ``mf`` is either the one the
         cluster serves at that item (same name, type, semantics, units and file indom
-        serial) or new, at a free item, under a name not served elsewhere."""
+        serial) or new, at a free item, under a name not served elsewhere (spilled metrics
+        aside: each file has spill clusters of its own, and a spilled name another file
+        serves is refused, so the processes of one application still share)."""
         if self.owners[cluster][0] != mf.uid or cluster in self.spill_owner:
             return False
         stem = self._stem(mf)
         for metric in mf.metrics:
+            if metric.spill:  # never shared: the first file's, a later one's is refused
+                continue
             name = f"{stem}.{metric.name}"
-            served = None if metric.spill else self.sources.get((cluster, metric.item))
+            served = self.sources.get((cluster, metric.item))
             if served:
                 if not _same_metric(served[0], name, metric):
                     return False

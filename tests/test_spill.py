@@ -275,6 +275,27 @@ def test_spill_clusters_are_another_files_never(tmp_path: Path) -> None:
         assert "served to big" in entry.identity
 
 
+def test_processes_of_one_application_still_share_their_cluster(tmp_path: Path) -> None:
+    """NOPREFIX files of one owner and cluster (PCP QA 648) share it with spilled metrics
+    too: the first file serves the spilled name, the later one's is refused (a problem)."""
+    c = Catalogue()
+    entries = []
+    for name in ("p1", "p2"):
+        b = mb.MmvBuilder(version=2, cluster=40, flags=fmt.FLAG_NOPREFIX)
+        b.metrics += [mb.Metric("app.a", 1), mb.Metric("app.big", 2000)]
+        b.values += [mb.Value("app.a", None, 1), mb.Value("app.big", None, 2)]
+        b.build().write(tmp_path / name)
+        with MmvFile.open(str(tmp_path / name), name=name) as mf:
+            entry = c.add(mf)
+            assert entry is not None
+            entries.append(entry)
+    p1, p2 = entries
+    assert p1.cluster == p2.cluster == 40
+    assert [sm.name for sm in p1.metrics] == ["mmv.app.a", "mmv.app.big"]
+    assert [sm.name for sm in p2.metrics] == ["mmv.app.a"]
+    assert len(p2.problems) == 1 and "mmv.app.big" in p2.problems[0]
+
+
 def test_registry_keeps_spills_in_its_file(tmp_path: Path) -> None:
     reg = Registry(str(tmp_path / "r.json"))
     reg.serve(("f", 0), 3, 0, False, {}, spills={"m": (9, 44)})
