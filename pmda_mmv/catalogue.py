@@ -33,6 +33,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
@@ -185,6 +186,8 @@ class Catalogue:
         self.registry = registry if registry is not None else Registry()
         self.identity = ""  # why the last choose_cluster moved a file (FileEntry.identity)
         self._evicted = ""  # the eviction the last choose_cluster made, as a note
+        self._free_below = 1  # the lowest cluster that may be neither served nor held
+        self._released = self.registry.released
         self.refusal = ""  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
@@ -274,17 +277,22 @@ class Catalogue:
         those no other file of the directory asks for; when none, the longest-departed
         holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
         taken, registry = self.owners, self.registry
-        first = self._taken_below  # clusters below it are all served
+        if registry.released != self._released:  # a held cluster was freed: search again
+            self._released, self._free_below = registry.released, 1
+        # clusters below it are all served, or held by a remembered name (N newcomers past
+        # N departed names' clusters cost N steps, not N^2 / 2)
+        first = max(self._taken_below, self._free_below)
         fallback = None
         for c in range(first, fmt.MAX_CLUSTER + 1):
             if c in taken or registry.cluster_held(c):
                 continue
+            if fallback is None:
+                fallback = self._free_below = c
             if c not in requested:
                 return c
-            if fallback is None:
-                fallback = c
         if fallback is not None:
             return fallback
+        self._free_below = fmt.MAX_CLUSTER + 1
         evicted = registry.evict_cluster(lambda c: c not in taken)
         if evicted is None:
             return None
@@ -388,8 +396,9 @@ class Catalogue:
         own = record.indoms.get(serial) if record is not None else None
         if own is not None and own not in served:
             return own  # its own number (only files it shares a cluster with hold it too)
-        for other in sorted(registry.clusters.get(cluster, ())):
-            r = registry.get(other)  # rejoining the departed files of its cluster
+        # rejoining the departed files of its cluster (a few looked at: they agree)
+        for other in itertools.islice(registry.clusters.get(cluster, ()), 16):
+            r = registry.get(other)
             number = r.indoms.get(serial) if r and r.cluster == cluster else None
             if other[1] == uid and number is not None and number not in served:
                 return number

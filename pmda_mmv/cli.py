@@ -1,8 +1,9 @@
 """``pmda-mmv``: the command line.
 
 Subcommands: ``pmda`` (the agent pmcd runs), ``debug`` (standalone, no pmcd), ``check`` and
-``dump`` (inspect files).  Each subcommand's module is imported only when it runs, so
-``check`` and ``dump`` work without python3-pcp.
+``dump`` (inspect files), ``prune`` (remove departed PROCESS writers' files).  Each
+subcommand's module is imported only when it runs, so ``check`` and ``dump`` work without
+python3-pcp.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ commands:
   check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited or
            ignored, with every problem and what decided
   dump     print every header field, TOC entry, indom, instance, metric, value and label
+  prune    remove the files of MMV_FLAG_PROCESS writers that have exited (see prune --help)
 
 Files are MMV files (mmv(5)) as written by libpcp_mmv, pcp.mmv, Parfait, Speed or Hornet
 into $PCP_TMP_DIR/mmv.
@@ -43,7 +45,7 @@ def _main(argv: Sequence[str] | None) -> int:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["pmda", "debug", "check", "dump"])
+    parser.add_argument("command", choices=["pmda", "debug", "check", "dump", "prune"])
     parser.add_argument("args", nargs=argparse.REMAINDER)
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
@@ -62,6 +64,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from .verdict import main as run_check
 
         return run_check(rest)
+    if ns.command == "prune":
+        from .prune import main as run_prune
+
+        return run_prune(rest)
     from .dump import main as run_dump
 
     return run_dump(rest)

@@ -7,6 +7,10 @@ too).  Without pidfds (Linux < 5.3, or out of descriptors) psutil checks the pro
 scanner's periodic check (:func:`running`).  A live process that started more than PID_SLACK
 seconds after the file's creation (:func:`~.layout.generation_time`) is not its writer but a
 reused PID.
+
+psutil is imported where it is used, so that ``check`` and ``dump`` run without it; the
+agent imports it up front (:mod:`~.pmda`), as root, before it drops to user pcp, who may
+not be able to read the venv (a checkout under /root).
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ class Loader:
             if state is None:
                 state = self.states[name] = FileState(name, self._instance(name))
                 changes.states = True
-            loaded = self._load(state, path, lst, loading, changes)
+            loaded = self._load_guarded(state, path, lst, loading, changes)
             if loaded is not None:
                 opened.append((state, *loaded))
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
@@ -168,6 +168,26 @@ class Loader:
         return inst
 
     # -- one file
+
+    def _load_guarded(
+        self,
+        state: FileState,
+        path: str,
+        lst: os.stat_result | OSError,
+        loading: dict[Inode, str],
+        changes: Changes,
+    ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
+        """:meth:`_load`, where an unexpected exception (a defect, or an environment the
+        agent did not foresee) is this file's problem: the file is refused with the
+        exception named, looked at again when its stat changes, and the other files of the
+        scan are still served."""
+        try:
+            return self._load(state, path, lst, loading, changes)
+        except Exception as e:  # one file's fault never ends the scan
+            why = f"{path}: unexpected error while loading ({type(e).__name__}: {e}), not served"
+            self._set(state, REFUSED, why, changes)
+            state.error = None
+            return None
 
     def _load(
         self,
@@ -217,6 +237,9 @@ class Loader:
             mf.close()
             self._set(state, EXITED, exit_reason(path, mf), changes)
             return None
+        except BaseException:
+            mf.close()  # its descriptor is not left open by an unexpected error
+            raise
         if inode is not None:
             loading[inode] = state.name
         return mf, writer, inode

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import cpmapi as c_api
+import psutil  # noqa: F401 -- imported as root before set_user: see liveness
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaMetric
 

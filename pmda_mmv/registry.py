@@ -25,6 +25,7 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable
@@ -90,6 +91,7 @@ class Registry:
         self.readonly = readonly
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
+        self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
         self.clusters: dict[int, set[Key]] = {}  # cluster -> keys holding it
         self.serials: dict[int, set[Key]] = {}  # PCP indom serial -> keys holding it
         self.dirty = False
@@ -97,6 +99,7 @@ class Registry:
         self.evicted = 0  # keys forgotten so far (cap and pool exhausted)
         self.problem = ""  # the last load or save problem ("" when none)
         self.saves = 0
+        self.released = 0  # clusters no key holds any more (the catalogue's search restarts)
         self._lines: dict[Key, str] = {}  # each record's JSON line, until it changes
         self._capped = False  # the cap was reached (logged once)
 
@@ -146,12 +149,13 @@ class Registry:
         old = self.records.get(key)
         new = Record(cluster, asked, noprefix, dict(indoms), note, dict(spills or {}))
         if old is not None:
-            self._unlink(key, old)
+            self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
             del self.records[key]
         self.records[key] = new
         self._lines.pop(key, None)
         self._link(key, new)
         self.present.add(key)
+        self.departed.pop(key, None)
         if old != new:  # new numbers: on disk before they are served (a file reloaded or
             self.dirty = True  # back with its own numbers costs no save)
         self._trim()
@@ -165,11 +169,13 @@ class Registry:
         record = self.records.pop(key, None)
         if record is not None:
             self.records[key] = record  # saved with the next change (the order only
-        self._trim()  # decides which departed name is forgotten first)
+            self.departed[key] = None  # decides which departed name is forgotten first)
+        self._trim()
 
     def forget(self, key: Key) -> Record | None:
         record = self.records.pop(key, None)
         self._lines.pop(key, None)
+        self.departed.pop(key, None)
         if record is not None:
             self._unlink(key, record)
             self.present.discard(key)
@@ -181,8 +187,9 @@ class Registry:
         """The last resort when every cluster is held: the cluster of the longest-departed
         key whose cluster is ``usable`` (not served) is freed, every key holding it
         forgotten.  Returns (cluster, forgotten keys), or None."""
-        for key, record in self.records.items():
-            if key in self.present or not all(usable(c) for c in record.all_clusters()):
+        for key in self.departed:
+            record = self.records[key]
+            if not all(usable(c) for c in record.all_clusters()):
                 continue
             cluster = record.cluster
             gone = [k for k in self.records if k in self.clusters.get(cluster, ())]
@@ -200,9 +207,10 @@ class Registry:
         for serial in record.indoms.values():
             self.serials.setdefault(serial, set()).add(key)
 
-    def _unlink(self, key: Key, record: Record) -> None:
-        for cluster in record.all_clusters():
-            _drop(self.clusters, cluster, key)
+    def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
+        for cluster in record.all_clusters():  # its own and its spill clusters
+            if _drop(self.clusters, cluster, key) and release:
+                self.released += 1
         for serial in record.indoms.values():
             _drop(self.serials, serial, key)
 
@@ -211,7 +219,7 @@ class Registry:
         if len(self.records) <= self.cap + self.cap // 8:
             return
         excess = len(self.records) - self.cap
-        departed = [k for k in self.records if k not in self.present][:excess]
+        departed = list(itertools.islice(self.departed, excess))
         for key in departed:
             self.forget(key)
         if departed and not self._capped:  # once: a directory of PID-named files does it
@@ -248,6 +256,7 @@ class Registry:
             if key in self.records:
                 continue
             self.records[key] = record
+            self.departed[key] = None  # until a scan serves it
             self._link(key, record)
 
     def save(self) -> bool:
@@ -313,12 +322,15 @@ class Registry:
         self.problem = line
 
 
-def _drop(table: dict[int, set[Key]], number: int, key: Key) -> None:
+def _drop(table: dict[int, set[Key]], number: int, key: Key) -> bool:
+    """``key`` no longer holds ``number``; True when no key does."""
     held = table.get(number)
     if held is not None:
         held.discard(key)
         if not held:
             del table[number]
+            return True
+    return False
 
 
 def _int(value: Any, low: int, high: int) -> int:

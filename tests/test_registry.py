@@ -297,3 +297,35 @@ def test_only_new_numbers_make_a_save(tmp_path: Path, cat: Catalogue) -> None:
     assert not cat.registry.dirty
     serve(cat, load(tmp_path, "other", build(0)))
     assert cat.registry.dirty
+
+
+def test_newcomers_past_many_departed_clusters_cost_no_rescan(tmp_path: Path) -> None:
+    # N departed names hold clusters 1..N: each newcomer's search starts past them (it
+    # started at the lowest unserved cluster: N newcomers cost N^2 / 2 steps), and a
+    # cluster the registry frees is found again
+    image = tmp_path / "image"
+    build(0).write(image)
+    cat = Catalogue(registry=Registry(cap=5000))
+
+    def add(name: str) -> int:
+        entry = cat.add(MmvFile.open(str(image), name=name))
+        assert entry is not None
+        return entry.cluster
+
+    for k in range(2000):
+        add(f"old{k}")
+    for k in range(2000):
+        gone(cat, f"old{k}")
+    calls = 0
+    held = cat.registry.cluster_held
+
+    def counted(cluster: int, key: object = None) -> bool:
+        nonlocal calls
+        calls += 1
+        return held(cluster)
+
+    cat.registry.cluster_held = counted  # type: ignore[method-assign]
+    assert [add(f"new{k}") for k in range(100)] == list(range(2001, 2101))
+    assert calls < 2000 + 100 * 3
+    cat.registry.forget(("old5", 0))
+    assert add("after") == 6

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import catalogue
+from pmda_mmv import catalogue, loader
 from pmda_mmv import layout as fmt
 from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
@@ -817,3 +817,34 @@ def test_refused_entries_count_toward_the_request_budget(tmp_path: Path) -> None
         states = [s.state for s in scanner.states.values()]
         assert states.count(REFUSED) == looked and states.count(PENDING) == 5 - looked
     assert all("magic" in s.last_problem for s in scanner.states.values())
+
+
+def test_unexpected_error_loading_one_file_refuses_it_and_serves_the_others(
+    d: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect met while loading one file (here the reader raising an exception nothing
+    expects) is that file's problem: the files beside it are served by the same refresh,
+    the file is refused with the exception named, and loaded again once its stat changes
+    (issue 21: a ModuleNotFoundError at the first PROCESS file ended every refresh)."""
+    real_open = loader.MmvFile.open
+
+    def faulty_open(path: str, **kwargs: object) -> loader.MmvFile:
+        if os.path.basename(path) == "b":
+            raise KeyError("a defect")
+        return real_open(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loader.MmvFile, "open", staticmethod(faulty_open))
+    for name, cluster in (("a", 1), ("b", 2), ("c", 3)):
+        one(cluster=cluster).write(d.path / name)
+    assert d.refresh() == ([], ["a", "c"])
+    assert d.state("b") == REFUSED
+    why = d.scanner.states["b"].last_problem
+    assert (
+        why == f"{d.path / 'b'}: unexpected error while loading (KeyError: 'a defect'), not served"
+    )
+    assert d.logged.count(why) == 1
+    assert d.refresh() == ([], [])  # not retried while the file stays as it is
+    monkeypatch.setattr(loader.MmvFile, "open", staticmethod(real_open))
+    publish(d.path / "b", one(cluster=2, value=5))  # a new inode: its stat changed
+    assert d.refresh() == ([], ["b"])
+    assert d.state("b") == OK
