@@ -18,6 +18,14 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
   then files of one scan in name order.
 * PCP indom serials (22 bits) are chosen as :mod:`~.indoms` says; files sharing a cluster
   share its indoms.
+* Spill clusters (docs/spill.md): a metric the C agent would drop for its item (past 1023,
+  or an item an earlier metric of the file has: :attr:`~.entries.Metric.spill`) is served
+  under a further cluster of its file, at a PMID remembered in the identity registry by
+  the file's key and the metric's name; new ones are placed in name order, at
+  ``fnv1a32(name) & 1023`` with linear probing, in the file's spill clusters in the order
+  they were taken, a new one (as a cluster-0 file's) when they are full.  A number another
+  name of the file held is not given again while that name is remembered (at most
+  :data:`SPILL_CAP` names a file).
 * Refusals for want of a resource (no free cluster, no free indom serial) are retried when
   one frees up: :attr:`Catalogue.freed` counts the releases.
 """
@@ -50,6 +58,11 @@ REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
 back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
 of files named by PID would otherwise grow these tables by ~200 bytes per name, forever)."""
+
+SPILL_CAP: Final = 2 * fmt.MAX_ENTRIES[fmt.TOC_METRICS]
+"""Spilled metric names remembered per file (present ones always): past this the oldest
+departed names are forgotten, and their PMIDs may be given again."""
+ITEMS: Final = fmt.MAX_ITEM + 1
 
 Log = Callable[[str], None]
 K = TypeVar("K")
@@ -130,10 +143,22 @@ class FileEntry:
     problems: list[str] = field(default_factory=list)
     starved: bool = False  # some indom got no PCP serial: retried when serials free up
     identity: str = ""  # why it is not served under the cluster it asked for ("" if it is)
+    spills: dict[str, tuple[int, int]] = field(default_factory=dict)  # remembered, by name
+    spill_clusters: list[int] = field(default_factory=list)  # in the order they were taken
 
     @property
     def name(self) -> str:
         return self.mf.name
+
+    @property
+    def clusters(self) -> list[int]:
+        """Every cluster the file is served under: its own, then its spill clusters."""
+        return [self.cluster, *self.spill_clusters]
+
+    @property
+    def spilled(self) -> list[ServedMetric]:
+        """The metrics served under a spill cluster, in file order."""
+        return [sm for sm in self.metrics if sm.metric.spill]
 
 
 class Catalogue:
@@ -168,6 +193,7 @@ class Catalogue:
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
         self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
+        self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
         self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
         # search starts there (from 1, N such files cost N^2 / 2 steps)
         self.tree = NameTree()  # the served names
@@ -223,7 +249,9 @@ class Catalogue:
     def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
         """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
         if asked in self.owners:
-            holder = next((e.name for e in self.files.values() if e.cluster == asked), "?")
+            holder = self.spill_owner.get(asked) or next(
+                (e.name for e in self.files.values() if e.cluster == asked), "?"
+            )
             who = f"served to {holder}"
         else:
             holders = self.registry.holders(asked, (mf.name, mf.uid))
@@ -284,11 +312,15 @@ class Catalogue:
         one application do when each adds its instances to the same metrics (PCP QA 648):
         the files have the same owner, and every metric of ``mf`` is either the one the
         cluster serves at that item (same name, type, semantics, units and file indom
-        serial) or new, at a free item, under a name not served elsewhere."""
-        if self.owners[cluster][0] != mf.uid:
+        serial) or new, at a free item, under a name not served elsewhere (spilled metrics
+        aside: each file has spill clusters of its own, and a spilled name another file
+        serves is refused, so the processes of one application still share)."""
+        if self.owners[cluster][0] != mf.uid or cluster in self.spill_owner:
             return False
         stem = self._stem(mf)
         for metric in mf.metrics:
+            if metric.spill:  # never shared: the first file's, a later one's is refused
+                continue
             name = f"{stem}.{metric.name}"
             served = self.sources.get((cluster, metric.item))
             if served:
@@ -406,6 +438,7 @@ class Catalogue:
         while self._taken_below in self.owners:
             self._taken_below += 1
         self._add_indoms(entry, wanted or set())
+        self._spill(entry, requested or set())
         self._add_metrics(entry)
         entry.labels, entry.notes = merge_labels(
             mf.labels_for(fmt.LABEL_CLUSTER, mf.header.cluster)
@@ -415,9 +448,70 @@ class Catalogue:
         indoms = {serial: si.serial for serial, si in entry.indoms.items()}
         key = (mf.name, mf.uid)
         self.registry.serve(
-            key, cluster, mf.header.cluster, mf.header.noprefix, indoms, entry.identity
+            key,
+            cluster,
+            mf.header.cluster,
+            mf.header.noprefix,
+            indoms,
+            entry.identity,
+            entry.spills,
         )
+        if entry.spill_clusters:
+            n = len(entry.spilled)
+            self.info(
+                f"{mf.path}: {n} metric{'s' if n != 1 else ''} the C agent would drop served "
+                f"under spill cluster{'s' if len(entry.spill_clusters) > 1 else ''} "
+                f"{', '.join(map(str, entry.spill_clusters))}"
+            )
         return entry
+
+    def _spill(self, entry: FileEntry, requested: set[int]) -> None:
+        """Give every spilled metric of ``entry`` its PMID (see the module rules): its
+        remembered one, else a new one; sets :attr:`FileEntry.spills` (every remembered
+        name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
+        mf = entry.mf
+        wanted = sorted({m.name for m in mf.metrics if m.spill})
+        record = self.registry.get((mf.name, mf.uid))
+        known = dict(record.spills) if record is not None else {}
+        if not wanted and not known:
+            return
+        mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
+        spills = {n: ci for n, ci in known.items() if ci[0] not in mine}
+        excess = len(spills.keys() | set(wanted)) - SPILL_CAP
+        if excess > 0:  # the oldest departed names are forgotten
+            present = set(wanted)
+            departed = [n for n in spills if n not in present]
+            for n in departed[:excess]:
+                del spills[n]
+        used: dict[int, set[int]] = {}
+        for c, i in spills.values():
+            used.setdefault(c, set()).add(i)
+        order = list(used)
+        for name in wanted:
+            if name in spills:
+                continue
+            home = fnv1a32(name.encode("utf-8", "surrogateescape")) & fmt.MAX_ITEM
+            cluster = next((c for c in order if len(used[c]) < ITEMS), None)
+            if cluster is None:
+                cluster = self._free_cluster(requested)
+                if cluster is None:
+                    why = f"metric {self._stem(mf)}.{name}: "
+                    self._refuse(entry, f"{why}no free spill cluster, metric not served")
+                    continue
+                order.append(cluster)
+                used[cluster] = set()
+                self.owners[cluster] = (mf.uid, 1)  # reserved while the others are placed
+            taken = used[cluster]
+            item = next(i % ITEMS for i in range(home, home + ITEMS) if i % ITEMS not in taken)
+            taken.add(item)
+            spills[name] = (cluster, item)
+        entry.spills = spills
+        entry.spill_clusters = order
+        for c in order:
+            self.owners[c] = (mf.uid, 1)
+            self.spill_owner[c] = mf.name
+        while self._taken_below in self.owners:
+            self._taken_below += 1
 
     def _refuse_file(self, why: str) -> FileEntry | None:
         """Log why a file is not served; returns None for ``add`` to return."""
@@ -436,6 +530,11 @@ class Catalogue:
         else:
             del self.owners[entry.cluster]
             self._taken_below = min(self._taken_below, entry.cluster)
+            self.freed += 1
+        for c in entry.spill_clusters:
+            del self.owners[c]
+            del self.spill_owner[c]
+            self._taken_below = min(self._taken_below, c)
             self.freed += 1
         for m in entry.metrics:
             if not _unlink(self.sources, (m.cluster, m.item), m):
@@ -471,7 +570,13 @@ class Catalogue:
         stem = self._stem(mf)
         for metric in mf.metrics:
             name = f"{stem}.{metric.name}"
-            shared = self.sources.get((entry.cluster, metric.item))
+            cluster, item = entry.cluster, metric.item
+            if metric.spill:
+                pmid = entry.spills.get(metric.name)
+                if pmid is None:
+                    continue  # refused in _spill
+                cluster, item = pmid
+            shared = self.sources.get((cluster, item))
             if shared and not _same_metric(shared[0], name, metric):
                 why: str | None = f"item {metric.item} is {shared[0].name} in this cluster"
             else:
@@ -487,12 +592,13 @@ class Catalogue:
                     continue
             if not shared:
                 self.tree.claim(name)
-                self.leaf_pmid[name] = (entry.cluster, metric.item)
-            served = _served_metric(name, entry.cluster, metric, indom)
+                self.leaf_pmid[name] = (cluster, item)
+            served = _served_metric(name, cluster, metric, indom)
+            served.item = item  # a spilled metric's labels are still those of its own item
             served.file = mf.name
             served.labels, served.notes = merge_labels(mf.labels_for(fmt.LABEL_ITEM, metric.item))
             entry.metrics.append(served)
-            _link(self.sources, (entry.cluster, metric.item), served)
+            _link(self.sources, (cluster, item), served)
 
     def _refuse(self, entry: FileEntry, why: str) -> None:
         entry.problems.append(why)
@@ -508,6 +614,14 @@ def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
         m.dimension,
         m.indom,
     )
+
+
+def fnv1a32(data: bytes) -> int:
+    """32-bit FNV-1a of ``data``: the hash Speed and Hornet take items from."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
 
 
 class _Used:

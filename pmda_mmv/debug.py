@@ -45,6 +45,8 @@ def describe(sm: ServedMetric, domain: int) -> list[str]:
         f"    Semantics: {fmt.SEM_NAMES.get(sm.semantics, sm.semantics)}  Units: "
         f"{units_text(sm.units) or 'none'}",
     ]
+    if sm.metric.spill:
+        lines.append(f"    Spilled: {sm.metric.spill} (served under a spill cluster)")
     if sm.helptext:
         lines.append(f"    Help: {sm.helptext}")
     labels = ",".join(x[1:-1] for x in (sm.labels, sm.notes) if x)

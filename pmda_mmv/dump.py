@@ -26,10 +26,11 @@ from typing import TextIO
 from . import layout as fmt
 from .decode import NO_VALUE, UNSUPPORTED, Snapshot
 from .errors import Changed, MmvError, NotReady
-from .pcpenv import units_text
+from .options import registry_path
+from .pcpenv import units_text, var_dir
 from .reader import MmvFile
 from .scanner import NOT_READY, OK, PARTIAL, REFUSED
-from .verdict import Doc, exit_status, json_text, render_check, write_lines
+from .verdict import Doc, Options, exit_status, json_text, judge, render_check, write_lines
 
 TYPE_TEXT = {
     fmt.TYPE_NOSUPPORT: "not supported",
@@ -188,6 +189,7 @@ def _metrics(mf: MmvFile) -> list[Doc]:
             "indom": m.indom,
             "shorthelp": m.shorthelp,
             "longhelp": m.longhelp,
+            "spill": m.spill or None,
         }
         for m in mf.metrics
     ]
@@ -324,6 +326,9 @@ def _render_metrics(metrics: list[Doc]) -> list[str]:
             f"    shorthelp {_q(m['shorthelp'])}",
             f"    longhelp  {_q(m['longhelp'])}",
         ]
+        if m.get("spill"):
+            pmid = f"PMID {m['pmid']}" if m.get("pmid") else "not served (see check)"
+            lines.append(f"    spilled: {pmid}: {m['spill']}")
     return lines
 
 
@@ -361,6 +366,8 @@ def _render_dump(doc: Doc) -> list[str]:
 def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     """``pmda-mmv dump``: print everything in each file; return the exit status."""
     docs = [describe(p) for p in paths]
+    for d in docs:
+        _spill_pmids(d)
     if as_json:
         out.write(json_text(docs) + "\n")
     else:
@@ -369,6 +376,19 @@ def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
             [line for k, d in enumerate(docs) for line in ([""] if k else []) + _render_dump(d)],
         )
     return exit_status(docs)
+
+
+def _spill_pmids(d: Doc) -> None:
+    """Give each spilled metric of dump ``d`` the PMID the agent serves it under, as
+    ``check`` judges the file (in its directory, the agent's identity registry read only)."""
+    spilled = [m for m in d.get("metrics", ()) if m.get("spill")]
+    if not spilled:
+        return
+    options = Options(registry=registry_path(None, Options.domain, var_dir()))
+    [verdict] = judge([d["file"]], options)
+    pmids = {s["metric"]: s["pmid"] for s in verdict.get("spills", ())}
+    for m in spilled:
+        m["pmid"] = pmids.get(m["name"])
 
 
 def main(argv: Sequence[str]) -> int:

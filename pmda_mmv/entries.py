@@ -82,7 +82,12 @@ class Metric:
 
     ``slots`` is the value index: for instance position p (see :attr:`Indom.positions`;
     position 0 for a singular metric), the offset of the value entry relative to the
-    snapshot base, or -1 when the file has no value for it."""
+    snapshot base, or -1 when the file has no value for it.
+
+    ``spill`` says why the metric cannot have its own item in the file's cluster (its
+    item is past 1023, or an earlier metric of the file has it: the C agent drops it),
+    "" when it can; a spilled metric is served under a spill cluster of its file
+    (:mod:`~.catalogue`, docs/spill.md)."""
 
     name: str
     item: int
@@ -95,6 +100,7 @@ class Metric:
     offset: int
     slots: array[int] = field(default_factory=lambda: array("q"))
     stride: int = 0
+    spill: str = ""
 
     @property
     def value_count(self) -> int:

@@ -2,9 +2,11 @@
 
 A file's identity is its name and its owner (uid): :data:`Key`.  For each key the registry
 keeps the cluster the file was served under, the header cluster it asked for, whether it is
-a NOPREFIX file, and the PCP indom serial of each of its indoms (``{file serial: PCP
-serial}``).  Keys are kept in last-seen order (a key moves to the end when it is served and
-when it departs); served keys are *present*, the others *departed*.
+a NOPREFIX file, the PCP indom serial of each of its indoms (``{file serial: PCP
+serial}``), and the PMID of each metric it ever had served under a spill cluster
+(``{metric name: (cluster, item)}``, oldest first; docs/spill.md).  Keys are kept in
+last-seen order (a key moves to the end when it is served and when it departs); served keys
+are *present*, the others *departed*.
 
 Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 
@@ -42,6 +44,7 @@ MAX_CLUSTER: Final = 4095
 MAX_SERIAL: Final = (1 << 22) - 1
 MAX_BYTES: Final = 64 << 20
 """A registry file larger than this is not read (10,000 names take about 2 MiB)."""
+MAX_ITEM: Final = 1023
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")
 """``--registry`` values for a registry in memory only."""
@@ -60,6 +63,11 @@ class Record:
     noprefix: bool = False
     indoms: dict[int, int] = field(default_factory=dict)
     note: str = ""  # why it is not where it asked, as said when it was numbered
+    spills: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def all_clusters(self) -> set[int]:
+        """The file's cluster and its spill clusters."""
+        return {self.cluster, *(c for c, _ in self.spills.values())}
 
 
 def default_path(var_dir: str, domain: int) -> str:
@@ -141,13 +149,14 @@ class Registry:
         noprefix: bool,
         indoms: dict[int, int],
         note: str = "",
+        spills: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         """``key`` is served with these numbers (now present, newest); ``note``: why it is
         not served where it asked (kept: ``check`` shows it after the holder is gone)."""
         old = self.records.get(key)
-        new = Record(cluster, asked, noprefix, dict(indoms), note)
+        new = Record(cluster, asked, noprefix, dict(indoms), note, dict(spills or {}))
         if old is not None:
-            self._unlink(key, old, old.cluster != cluster)
+            self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
             del self.records[key]
         self.records[key] = new
         self._lines.pop(key, None)
@@ -187,7 +196,7 @@ class Registry:
         forgotten.  Returns (cluster, forgotten keys), or None."""
         for key in self._forgettable():
             record = self.records[key]
-            if not usable(record.cluster):
+            if not all(usable(c) for c in record.all_clusters()):
                 continue
             cluster = record.cluster
             gone = [k for k in self.records if k in self.clusters.get(cluster, ())]
@@ -212,13 +221,15 @@ class Registry:
         self.evictions = [*self.evictions[-9:], line]
 
     def _link(self, key: Key, record: Record) -> None:
-        self.clusters.setdefault(record.cluster, set()).add(key)
+        for cluster in record.all_clusters():
+            self.clusters.setdefault(cluster, set()).add(key)
         for serial in record.indoms.values():
             self.serials.setdefault(serial, set()).add(key)
 
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
-        if _drop(self.clusters, record.cluster, key) and release:
-            self.released += 1
+        for cluster in record.all_clusters():  # its own and its spill clusters
+            if _drop(self.clusters, cluster, key) and release:
+                self.released += 1
         for serial in record.indoms.values():
             _drop(self.serials, serial, key)
 
@@ -318,6 +329,7 @@ class Registry:
                 "asked": r.asked,
                 "noprefix": r.noprefix,
                 "indoms": {str(s): p for s, p in sorted(r.indoms.items())},
+                **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
                 "present": key in self.present,
             }
             if r.note:
@@ -388,12 +400,18 @@ def _parse(text: str, keep: int) -> Iterable[tuple[Key, Record]]:
         indoms = item.get("indoms", {})
         if not isinstance(indoms, dict):
             raise ValueError(f"{name}: indoms is not an object")
+        spills = item.get("spills", {})
+        if not isinstance(spills, dict) or not all(
+            isinstance(n, str) and isinstance(ci, list) and len(ci) == 2 for n, ci in spills.items()
+        ):
+            raise ValueError(f"{name}: spills is not an object of [cluster, item]")
         record = Record(
             _int(item["cluster"], 1, MAX_CLUSTER),
             _int(item.get("asked", 0), 0, MAX_CLUSTER),
             bool(item.get("noprefix", False)),
             {_int(int(s), 0, MAX_SERIAL): _int(p, 1, MAX_SERIAL) for s, p in indoms.items()},
             str(item.get("note", "")),
+            {n: (_int(c, 1, MAX_CLUSTER), _int(i, 0, MAX_ITEM)) for n, (c, i) in spills.items()},
         )
         records.append(((name, _int(item["uid"], 0, (1 << 32) - 1)), record))
     return records

@@ -160,13 +160,15 @@ class Serving:
         gone: dict[int, set[int]] = {}
         new: dict[int, dict[str, FileEntry]] = {}
         for entry in changes.removed:
-            gone.setdefault(entry.cluster, set()).add(id(entry))
+            for cluster in entry.clusters:  # its own and its spill clusters
+                gone.setdefault(cluster, set()).add(id(entry))
             self.snaps.pop(entry.name, None)
             for sm in entry.metrics:
                 self.parts.pop((entry.name, key(sm.cluster, sm.item)), None)
         for entry in changes.added:  # a name added twice: the last one is served
-            new.setdefault(entry.cluster, {}).pop(entry.name, None)
-            new[entry.cluster][entry.name] = entry
+            for cluster in entry.clusters:
+                new.setdefault(cluster, {}).pop(entry.name, None)
+                new[cluster][entry.name] = entry
         for cluster in gone.keys() | new.keys():
             self._set_cluster(cluster, gone.get(cluster, set()), new.get(cluster, {}))
         touched = [*changes.removed, *changes.added]
@@ -261,10 +263,13 @@ class Serving:
         self.snaps.clear()
 
     def snapshot_cluster(self, cluster: int, changed: Callable[[FileEntry, Changed], None]) -> None:
-        """One consistent snapshot of each file serving ``cluster``.  A file that changed
+        """One consistent snapshot of each file serving ``cluster`` (one per file per fetch,
+        whichever of its clusters asks first).  A file that changed
         underneath goes to ``changed`` (which reloads it); then every file serving the
         cluster now and not yet copied is copied (a reloaded one raises)."""
         for entry in list(self.by_cluster.get(cluster, ())):
+            if entry.name in self.snaps:  # copied for another of its clusters (spills)
+                continue
             try:
                 self.snaps[entry.name] = entry.mf.snapshot()
             except Changed as e:
@@ -346,7 +351,7 @@ class Serving:
         """Cluster, item and indom labels (PM_LABEL_* ``ltype``; ``ident`` a PMID or an
         indom, domain included) from the files' LABELS sections; ``notes`` selects those
         with the on-disk OPTIONAL flag.  "{}" when there are none."""
-        if ltype == fmt.LABEL_CLUSTER:
+        if ltype == fmt.LABEL_CLUSTER:  # a spill cluster's are its file's cluster labels
             files = self.by_cluster.get(ident)
             return pick(files[0].labels, files[0].notes, notes) if files else "{}"
         if ltype == fmt.LABEL_ITEM:

@@ -8,8 +8,11 @@ skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer ha
 (a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
 list of ``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}],
 "served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why"]}],
-"writer"}`` (``writer``: a served PROCESS file's ``{"pid", "agent_pid", "confirmed"[,
-"container", "cgroup"]}``, else null).
+"writer", "spills": [{"name", "metric", "pmid", "why"}]}`` (``writer``: a served PROCESS
+file's ``{"pid", "agent_pid", "confirmed"[, "container", "cgroup"]}``, else null;
+``spills``: every metric served under a spill cluster, one the C agent drops for its item,
+docs/spill.md: notes, not problems; the text lists as many as the report's line bound
+leaves room for).
 
 Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``layout.MAX_PROBLEMS``
 problems per file are listed (then one line counting the others), and every control and
@@ -81,6 +84,7 @@ class Directory:
 
     def __init__(self, directory: str, options: Options) -> None:
         self.directory = directory
+        self.domain = options.domain
         self.registry = options.open_registry()  # read only: check never changes it
         self.catalogue = Catalogue(options.prefix, registry=self.registry)
         self.scanner = Scanner(
@@ -102,7 +106,14 @@ class Directory:
         ``conflicts`` names the file that won each metric or cluster this one asked for."""
 
         def doc(status: str, problems: list[Doc], **decided: object) -> Doc:
-            found = {"served": [], "cluster": None, "conflicts": [], "writer": None, **decided}
+            found = {
+                "served": [],
+                "cluster": None,
+                "conflicts": [],
+                "writer": None,
+                "spills": [],
+                **decided,
+            }
             return {"file": shown, "status": status, "problems": _bounded(problems), **found}
 
         path = os.path.join(self.directory, name)
@@ -149,6 +160,16 @@ class Directory:
         conflicts += self._names_lost(mf, set(served), entry.cluster)
         conflicts = conflicts[: fmt.MAX_PROBLEMS]  # bounded, as the problems
         writer = state.writer.as_dict() if state.writer is not None else None
+        spills = [
+            {
+                "name": sm.name,
+                "metric": sm.metric.name,
+                "pmid": f"{self.domain}.{sm.cluster}.{sm.item}",
+                "why": why,
+            }
+            for sm in entry.metrics
+            if (why := sm.metric.spill)
+        ]
         return doc(
             status,
             problems,
@@ -156,6 +177,7 @@ class Directory:
             cluster=entry.cluster,
             conflicts=conflicts,
             writer=writer,
+            spills=spills,
         )
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
@@ -165,7 +187,8 @@ class Directory:
         for metric, full in zip(mf.metrics, self.catalogue.names_of(mf), strict=True):
             if full in served:
                 continue
-            winner = self.catalogue.holder(full, cluster, metric.item)
+            item = -1 if metric.spill else metric.item  # not at its item in the cluster
+            winner = self.catalogue.holder(full, cluster, item)
             why = self.catalogue.name_conflict(full)
             if winner is not None or why is not None:
                 lost.append({"name": full, "winner": winner, "why": why})
@@ -279,6 +302,18 @@ def render_check(result: Doc) -> list[str]:
             f"  writer: process {writer['pid']} (PID {writer['agent_pid']} here), "
             f"container {writer['container']}"
         )
+    return lines + _spill_lines(result.get("spills", ()), fmt.MAX_PROBLEMS + 3 - len(lines))
+
+
+def _spill_lines(spills: Sequence[Doc], room: int) -> list[str]:
+    """The spilled metrics as lines (``spilled: NAME PMID D.C.I: why``), at most ``room``:
+    the last one then counts those not listed."""
+    if not spills or room <= 0:
+        return []
+    shown = spills if len(spills) <= room else spills[: room - 1]
+    lines = [f"  spilled: {s['name']} PMID {s['pmid']}: {s['why']}" for s in shown]
+    if len(shown) < len(spills):
+        lines.append(f"  ... {len(spills) - len(shown)} more spilled metrics (--json lists all)")
     return lines
 
 

@@ -34,6 +34,7 @@ import pytest
 
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import derived_indom
+from pmda_mmv.verdict import Options, judge
 from tests import mmvbuild
 from tests.normalize import (
     BAD_INDOM,
@@ -356,6 +357,7 @@ class Compared:
     held_pid: bool = False  # a PROCESS file names a live process here (not its writer)
     diffs: list[Diff] = field(default_factory=list)
     window_us: dict[str, float] = field(default_factory=dict)
+    spilled: set[str] = field(default_factory=set)  # names served under a spill cluster
 
     def c_cluster(self, name: str) -> int | None:
         pmid = self.c_pmids.get(name)
@@ -395,6 +397,13 @@ def held_pids(mmv_dir: Path) -> bool:
     return False
 
 
+def spilled_names(mmv_dir: Path) -> set[str]:
+    """The names ``pmda-mmv check`` says are served under a spill cluster (which names
+    spill does not depend on the identity registry; their PMIDs do)."""
+    results = judge([str(mmv_dir)], Options(registry=None))
+    return {s["name"] for r in results for s in r.get("spills", ())}
+
+
 def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
     """Run every command on both sides (C first) and list the differences."""
     c_tree, ours_tree = c.run(case, "pminfo", "mmv"), ours.run("pminfo", "mmv")
@@ -416,6 +425,7 @@ def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
         sentinel=any(fl & fmt.FLAG_SENTINEL for _, fl in hdrs),
         held_pid=held_pids(case / "mmv"),
         window_us=window,
+        spilled=spilled_names(case / "mmv"),
     )
     r.diffs = [
         Diff("pminfo mmv", n, "listed", n in c_names, n in o_names)
@@ -665,6 +675,17 @@ def _container_labelled(c: object, ours: object) -> bool:
     return False
 
 
+def spilled(d: Diff, r: Compared) -> bool:
+    """C drops a metric whose item is past 1023 or the item of an earlier metric of the
+    file (and refuses a file of more than 1023 metrics); ours serves it under a spill
+    cluster of its file (docs/spill.md), and counts it in ``mmv.control.metrics``."""
+    counted = d.name == "mmv.control.metrics" and d.field == "values" and r.spilled
+    if counted and isinstance(d.c, dict) and isinstance(d.ours, dict):
+        return int(d.ours[None]) - int(d.c[None]) == len(r.spilled - set(r.c_pmids))
+    unknown = d.c in (None, False, "-12357 Unknown metric name")
+    return d.name in r.spilled and unknown and d.ours not in (None, False)
+
+
 KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "cluster-alias": cluster_alias,
     "indom-alias": indom_alias,
@@ -680,6 +701,7 @@ KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "empty-component": empty_component,
     "refused-names-count": refused_names_count,
     "process-namespaces": process_namespaces,
+    "spilled": spilled,
 }
 """Every allowed difference, by the id docs/differences.md gives it."""
 
@@ -959,6 +981,18 @@ def test_refused_names_count(compared: Callable[[str], Compared]) -> None:
         return
     c, ours = values(r.c_info, "mmv.control.metrics"), values(r.ours_info, "mmv.control.metrics")
     assert int(c[None]) - int(ours[None]) == 2
+
+
+def test_spilled(compared: Callable[[str], Compared]) -> None:
+    """``capi-items``: C drops ``item.big`` (item 1024); ours serves it, with its value,
+    under a spill cluster (not the file's); every other name is served alike."""
+    r = compared("capi-items")
+    name = "mmv.items.item.big"
+    assert name not in r.c_pmids and r.spilled == {name}
+    files = {r.c_cluster(n) for n in r.c_pmids if n.startswith("mmv.items.")}
+    assert r.ours_cluster(name) not in files | {None, 0}
+    assert values(r.ours_info, name) == {None: "12"}
+    assert {d.name for d in r.diffs if classify(d, r) == "spilled"} <= {name, "mmv.control.metrics"}
 
 
 # ---- regressions: bugs the comparison found, fixed ------------------------------------------

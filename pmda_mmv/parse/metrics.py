@@ -1,6 +1,9 @@
-"""METRICS entries (mmv(5) "Metrics"): a metric whose name, item, type, semantics or indom
-is not servable is skipped and recorded; the rest get an empty value index
-(:attr:`~.entries.Metric.slots`) for the VALUES sections to fill."""
+"""METRICS entries (mmv(5) "Metrics"): a metric whose name, type, semantics or indom is
+not servable is skipped and recorded; the rest get an empty value index
+(:attr:`~.entries.Metric.slots`) for the VALUES sections to fill.  A metric whose item the
+C agent cannot serve (past 1023, or the item of an earlier metric of the file) is kept,
+marked :attr:`~.entries.Metric.spill` with why: the catalogue serves it under a spill
+cluster (docs/spill.md)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ def metrics(st: State, toc: Toc) -> None:
         if metric is None:
             st.skipped_metrics.add(at)
             continue
+        metric.spill = _spill(st, metric, i)
         st.items.add(metric.item)
         st.out.metrics.append(metric)
         st.metric_at[at] = metric
@@ -77,10 +81,6 @@ def _problem(
     why = name_problem(name)
     if why is not None:
         return "name", f"metric name {name!r}: {why}", None
-    if item > fmt.MAX_ITEM:
-        return "item", f"item {item} > {fmt.MAX_ITEM}", fmt.MAX_ITEM
-    if item in st.items:
-        return "item", f"duplicate item {item}, ignored", None
     if mtype not in fmt.TYPE_NAMES:
         return "type", f"unknown type {mtype}", None
     if sem not in fmt.SEMANTICS:
@@ -88,6 +88,19 @@ def _problem(
     if serial is not None and serial not in st.out.indoms:
         return "indom", f"indom serial {serial} is not defined in this file", None
     return None
+
+
+def _spill(st: State, metric: Metric, index: int) -> str:
+    """Why ``metric`` (entry ``index``) cannot have its own item in the file's cluster, as
+    the C agent would not serve it ("" when it can: the item is then taken)."""
+    item = metric.item
+    if item > fmt.MAX_ITEM:
+        return f"item {item} > {fmt.MAX_ITEM}"
+    first = st.first.get(item)
+    if first is not None:
+        return f"duplicate item {item}: metrics[{first[0]}] {first[1]!r} has it"
+    st.first[item] = (index, metric.name)
+    return ""
 
 
 def metric_slots(st: State) -> None:

@@ -45,10 +45,14 @@ class State:
         self.sections = Ranges[Toc]()  # accepted sections
         self.claimed = Ranges[int]()  # instance ranges of accepted indoms -> indoms[i]
         self.items: set[int] = set()  # items of the accepted metrics
+        self.first: dict[int, tuple[int, str]] = {}  # item -> (entry index, name) of the
+        # first accepted metric at it (the one at its own item; later ones spill)
         self.instance_at: dict[int, tuple[Indom, int]] = {}  # entry offset -> (indom, pos)
         self.metric_at: dict[int, Metric] = {}
         self.names: dict[int, set[str]] = {}  # indom entry offset -> external names seen
-        self.tried: set[int] = set()  # items whose values were tried as one run (values)
+        self.tried: set[int] = (
+            set()
+        )  # metric entry offsets whose values were tried as one run (values)
         self.order: dict[int, list[int]] | None = None  # indom serial -> instance entries
         # What was skipped and reported once, so that references to it are not reported again
         self.rejected_metrics = False  # a METRICS section

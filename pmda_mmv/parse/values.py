@@ -63,9 +63,9 @@ def _run(st: State, metric: Metric, moffs: list[int], ioffs: list[int], i: int) 
     """How many values from ``i`` on are the whole of ``metric``, one per instance in
     its indom's order with none set before (0 when they are not: checked one value at
     a time).  Tried once per metric, so a file cannot make it cost more than its size."""
-    if metric.indom is None or metric.type == fmt.TYPE_STRING or metric.item in st.tried:
+    if metric.indom is None or metric.type == fmt.TYPE_STRING or metric.offset in st.tried:
         return 0
-    st.tried.add(metric.item)
+    st.tried.add(metric.offset)
     order = _instance_order(st, metric.indom)
     k = len(order)
     if not k or k != len(metric.slots) or ioffs[i : i + k] != order:
