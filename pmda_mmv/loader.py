@@ -156,7 +156,11 @@ class Loader:
             if state is None:
                 state = self.states[name] = FileState(name, self._instance(name))
                 changes.states = True
-            loaded = self._load_guarded(state, path, lst, (loading, deadline), changes)
+            try:
+                loaded = self._load(state, path, lst, (loading, deadline), changes)
+            except Exception as e:  # one file's fault never ends the scan
+                self._unexpected(state, path, e, changes)
+                continue
             if loaded is not None:
                 opened.append((state, *loaded))
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
@@ -180,25 +184,13 @@ class Loader:
 
     # -- one file
 
-    def _load_guarded(
-        self,
-        state: FileState,
-        path: str,
-        lst: os.stat_result | OSError,
-        scan: tuple[dict[Inode, str], float | None],
-        changes: Changes,
-    ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
-        """:meth:`_load`, where an unexpected exception (a defect, or an environment the
-        agent did not foresee) is this file's problem: the file is refused with the
-        exception named, looked at again when its stat changes, and the other files of the
-        scan are still served."""
-        try:
-            return self._load(state, path, lst, scan, changes)
-        except Exception as e:  # one file's fault never ends the scan
-            why = f"{path}: unexpected error while loading ({type(e).__name__}: {e}), not served"
-            self._set(state, REFUSED, why, changes)
-            state.error = None
-            return None
+    def _unexpected(self, state: FileState, path: str, error: Exception, changes: Changes) -> None:
+        """An unexpected exception loading ``state`` (a defect, or an environment the agent
+        did not foresee) is this file's problem: refused with the exception named, looked
+        at again when its stat changes; the other files of the scan are still served."""
+        why = f"{path}: unexpected error while loading ({type(error).__name__}: {error})"
+        self._set(state, REFUSED, why + ", not served", changes)
+        state.error = None
 
     def _load(
         self,

@@ -276,11 +276,11 @@ def test_refused_file_logged_once_and_others_still_served(d: Dir) -> None:
 
 def test_partial_file_reports_problems(d: Dir) -> None:
     b = one()
-    b.metrics.append(Metric("big", 2000))
+    b.metrics.append(Metric("odd", 2, type=99))  # an item past 1023 is served now (spill)
     b.write(d.path / "p")
     d.refresh()
     assert d.state("p") == PARTIAL
-    assert "metrics[1].item" in d.scanner.states["p"].last_problem
+    assert "metrics[1].type" in d.scanner.states["p"].last_problem
 
 
 def test_fifo_socket_and_directory_are_refused_without_blocking(d: Dir) -> None:
