@@ -29,7 +29,7 @@ from .errors import Changed
 from .options import Options, parse_args
 from .ratelimit import LogLimit
 from .rules import printable
-from .scanner import Changes, Scanner
+from .scanner import STARTUP_BUDGET, Changes, Scanner
 from .serving import Serving
 from .watcher import Watcher
 
@@ -100,8 +100,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if self.pmid_hash.problem:
             self.log_line(self.pmid_hash.problem)
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
-        # pmcd waits for a notready agent's first scan: it is not bounded then
-        self._guard(self.refresh_metrics, None)(True, not self.opts.notready)
+        # pmcd waits for a notready agent's first scan, answering "Try again": bounded too
+        self._guard(self.refresh_metrics, None)(True, True, STARTUP_BUDGET)
         if self.opts.notready:
             self.pmda_ready()
         self.run()
@@ -178,11 +178,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     # -- applying scanner changes
 
-    def refresh_metrics(self, force: bool = False, bounded: bool = True) -> None:
+    def refresh_metrics(
+        self, force: bool = False, bounded: bool = True, budget: float | None = None
+    ) -> None:
         """Start of every request: bring the served tables up to date, within the
-        scanner's budget when ``bounded``."""
+        scanner's budget (or ``budget`` seconds) when ``bounded``."""
         rescans = self.scanner.rescans
-        changes = self.scanner.refresh(force, bounded)
+        changes = self.scanner.refresh(force, bounded, budget)
         taken = self.held.take(changes, self.scanner.queued, time.monotonic())
         if taken is not None:
             self.apply(taken)
@@ -261,8 +263,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.model.snapshot_cluster(cluster, self.reload_changed)
 
     def reload_changed(self, entry: FileEntry, error: Changed) -> None:
+        """A served file changed underneath a fetch: reloaded now within the request's
+        budget, else by the next requests (no values from it in this fetch)."""
         self.log_line(f"{error}; reloading")
-        self.apply(self.scanner.reload(entry.name))
+        changes = self.scanner.reload(entry.name)
+        if changes is not None:
+            self.apply(changes)
 
     # -- store
 

@@ -16,7 +16,9 @@ included); the names not reached stay queued, in order, state PENDING, and the n
 requests go on with them.  A listing queues the new names first (a new file is served at
 the next request however many are known), then the known ones (one renamed over has a
 new stat).  A forced refresh (the first scan of an agent pmcd started with
-``notready``, ``pmda-mmv debug``) is not bounded.
+``pmda-mmv debug``) is not bounded; the first scan of the agent is, by STARTUP_BUDGET.
+A reload a fetch finds (a served file given a new generation) loads at once only while
+the request's budget lasts, else it is queued as any other.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
 is retried when the catalogue frees one (in name order, until one is still refused); a file
@@ -62,6 +64,10 @@ CHECK_BUDGET: Final = 64
 CLOSE_BUDGET: Final = 256
 """Descriptors of unserved files one request closes at least (then more within the
 budget)."""
+STARTUP_BUDGET: Final = 1.0
+"""Seconds the first scan spends loading files before the agent reports ready (pmcd sends
+nothing to a ``notready`` agent meanwhile, and answers its clients "Try again"): what is
+left loads within the budget of the next requests."""
 MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
@@ -100,6 +106,7 @@ class Scanner(Loader):
         self.budget = budget
         self.reload_requested = False
         self.rescans = 0
+        self.deadline: float | None = None  # this request's end of budget (None: unbounded)
         self._dir_key: tuple[int, ...] | None = None
         self._dir_error: str | None = None
         self._list_error: str | None = None
@@ -148,9 +155,13 @@ class Scanner(Loader):
 
     # -- the per-request check
 
-    def refresh(self, force: bool = False, bounded: bool | None = None) -> Changes:
-        """Bring the catalogue up to date with the directory (within the budget when
-        ``bounded``, by default unless ``force``); returns what changed.
+    def refresh(
+        self, force: bool = False, bounded: bool | None = None, budget: float | None = None
+    ) -> Changes:
+        """Bring the catalogue up to date with the directory (within the budget, or
+        ``budget`` seconds, when ``bounded``, by default unless ``force``); returns what
+        changed.  The request's end of budget stays in :attr:`deadline` for the reloads
+        the fetch itself finds (:meth:`reload`).
 
         Python's cyclic garbage collector is paused meanwhile: what a refresh allocates
         (entries, states, tables) lives on, and collections while thousands of files are
@@ -159,18 +170,19 @@ class Scanner(Loader):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._refresh(force, bounded)
+            return self._refresh(force, bounded, self.budget if budget is None else budget)
         finally:
             if collecting:
                 gc.enable()
 
-    def _refresh(self, force: bool, bounded: bool | None) -> Changes:
+    def _refresh(self, force: bool, bounded: bool | None, budget: float | None) -> Changes:
         changes = self._exited()
         dirty = self._take_dirty()
         now = self.clock()
         bounded = not force if bounded is None else bounded
         # loading and validating take half the budget: cataloguing and the tables the rest
-        deadline = now + self.budget / 2 if bounded and self.budget is not None else None
+        deadline = now + budget / 2 if bounded and budget is not None else None
+        self.deadline = now + budget if bounded and budget is not None else None
         for name in dirty & self._not_ready:  # an event for a file that waits: at once
             self._backoff.schedule(self.states[name], 0.0, now)
         retry = set(self._not_ready) if force else self._backoff.due(now)
@@ -246,10 +258,15 @@ class Scanner(Loader):
         self._starving = False
         return changes
 
-    def reload(self, name: str) -> Changes:
-        """Load ``name`` again now (its values read as changed)."""
+    def reload(self, name: str) -> Changes | None:
+        """Load ``name`` again now (its values read as changed), when the request's budget
+        (:attr:`deadline`) is not spent; else queue it for the next requests and return
+        None (its entry stays served meanwhile: the fetch has no values from it)."""
         if name in self.states:
             self.states[name].key = UNSEEN
+        if self.deadline is not None and self.clock() >= self.deadline:
+            self._queue[name] = None
+            return None
         self._queue.pop(name, None)
         return self._consider([name])[0]
 

@@ -263,7 +263,8 @@ class Serving:
     def snapshot_cluster(self, cluster: int, changed: Callable[[FileEntry, Changed], None]) -> None:
         """One consistent snapshot of each file serving ``cluster``.  A file that changed
         underneath goes to ``changed`` (which reloads it); then every file serving the
-        cluster now and not yet copied is copied (a reloaded one raises)."""
+        cluster now and not yet copied is copied (one that changed again, or whose reload
+        waits for a later request's budget, has no snapshot in this fetch)."""
         for entry in list(self.by_cluster.get(cluster, ())):
             try:
                 self.snaps[entry.name] = entry.mf.snapshot()
@@ -271,7 +272,10 @@ class Serving:
                 changed(entry, e)
         for entry in self.by_cluster.get(cluster, ()):
             if entry.name not in self.snaps:
-                self.snaps[entry.name] = entry.mf.snapshot()
+                try:
+                    self.snaps[entry.name] = entry.mf.snapshot()
+                except Changed:  # changed again, or its reload waits for the budget
+                    continue  # no values from it in this fetch; the others have theirs
 
     def fetcher(self) -> Callable[[int, int, int], Any]:
         """The per-value fetch callback: one lookup in this fetch's values, else
