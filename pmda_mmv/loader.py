@@ -191,6 +191,8 @@ class Loader:
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key == state.key:
             return None
+        if self._unchanged(state, key):
+            return None
         state.key = key
         inode = None if target is not path else (st.st_dev, st.st_ino)
         if inode is not None and self._linked(state, path, inode, loading, changes):
@@ -217,6 +219,20 @@ class Loader:
         if inode is not None:
             loading[inode] = state.name
         return mf, writer, inode
+
+    def _unchanged(self, state: FileState, key: tuple[int, ...]) -> bool:
+        """A served file whose writer only wrote values (same inode and size, its mtime
+        moved: a mapping's writes move it) and whose generation pair is the one loaded
+        is not loaded again: its entry, tables and snapshot stay (``key`` kept)."""
+        entry = state.entry
+        if entry is None or state.key is None or state.key[:3] != key[:3]:
+            return False
+        try:
+            entry.mf.check_generation()
+        except MmvError:
+            return False
+        state.key = key
+        return True
 
     def _linked(
         self,

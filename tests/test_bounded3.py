@@ -21,6 +21,8 @@ import pytest
 from pcp import pmapi
 
 from pmda_mmv import layout as fmt
+from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.scanner import Scanner
 from tests import hostile, mmvbuild
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 from tests.test_bounded import GOOD, Served, serve
@@ -138,3 +140,32 @@ def test_the_first_scan_is_bounded_and_the_agent_serves_at_once(
             for path in paths:
                 path.unlink()
             os.sync()
+
+
+def test_a_served_file_whose_writer_only_writes_values_is_not_reloaded(tmp_path: Path) -> None:
+    """Finding 13: a served file's mtime moves at every write through its writer's
+    mapping; a listing (any other file's churn) then found its stat changed and loaded it
+    again, unserving and serving it anew.  Same inode, size and generation: the entry,
+    its tables and its values stay as they are."""
+    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0)
+    path = tmp_path / "permanent"
+    image = mmvbuild.single(9, 1).write(path)
+    changes = scanner.refresh()
+    [entry] = changes.added
+    for k in range(3):
+        data = bytearray(path.read_bytes())
+        value_at = image.entries["values"][0]
+        struct.pack_into("=Q", data, value_at, 100 + k)  # a value written in place
+        with open(path, "r+b") as f:
+            f.write(data)
+        os.utime(path, ns=(0, (k + 1) * 10**9))
+        (tmp_path / f"churn{k}").write_bytes(b"")  # the directory changed: a listing
+        changes = scanner.refresh()
+        assert not changes.removed and not changes.added, changes
+        assert scanner.catalogue.files["permanent"] is entry
+        assert next(iter(entry.mf.values()))[2] == 100 + k
+    new_generation(path, 0x9000)  # a new generation is still a reload
+    os.utime(path, ns=(0, 10 * 10**9))
+    scanner.mark_dirty("permanent")
+    changes = scanner.refresh()
+    assert [e.name for e in changes.removed] == [e.name for e in changes.added] == ["permanent"]
