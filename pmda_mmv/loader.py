@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from . import fdlimit
 from . import layout as fmt
 from .backoff import Backoff
 from .catalogue import Catalogue, FileEntry, Log, remember
@@ -60,6 +61,8 @@ class Loader:
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
+        self.max_files = fdlimit.max_files()  # served files (descriptors: fdlimit.py)
+        self._opening = 0  # files one _consider opened that were not served before
         self._total = 0  # bytes of the served files
         self._loading = 0  # bytes of the files one _consider opened, not served yet
         self._released = 0  # files unserved so far (a refusal for max_total may now pass)
@@ -146,7 +149,8 @@ class Loader:
             if loaded is not None:
                 opened.append((state, *loaded))
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
-        self._loading = 0
+                self._opening += state.entry is None
+        self._loading = self._opening = 0
         requested = {c for c, n in self._asked.items() if n}
         requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
@@ -197,7 +201,7 @@ class Loader:
         inode = None if target is not path else (st.st_dev, st.st_ino)
         if inode is not None and self._linked(state, path, inode, loading, changes):
             return None
-        if self._over_total(state, path, st, changes):
+        if self._over_total(state, path, st, changes) or self._over_files(state, path, changes):
             return None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
@@ -263,6 +267,19 @@ class Loader:
         why = (
             f"{path}: file size {st.st_size}: the served files would hold more than "
             f"{self.max_total} bytes (--max-total), file not served"
+        )
+        self._set(state, REFUSED, why, changes)
+        self._starved.add(state.name)  # retried when a file leaves
+        return True
+
+    def _over_files(self, state: FileState, path: str, changes: Changes) -> bool:
+        """Refuse ``state`` when serving it would take the served files past max_files
+        (their descriptors: fdlimit.py), retried when a file leaves."""
+        if state.entry is not None or len(self.catalogue.files) + self._opening < self.max_files:
+            return False
+        why = (
+            f"{path}: file: {self.max_files} files served, the most the descriptor limit "
+            "allows (RLIMIT_NOFILE), file not served"
         )
         self._set(state, REFUSED, why, changes)
         self._starved.add(state.name)  # retried when a file leaves

@@ -21,7 +21,7 @@ import cpmapi as c_api
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaMetric
 
-from . import control, pcpcompat, serving
+from . import control, fdlimit, pcpcompat, serving
 from . import layout as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from .control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
@@ -306,6 +306,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 def main(argv: Sequence[str]) -> int:
     """``pmda-mmv pmda``: run the agent until pmcd closes the pipe."""
     opts = parse_args(argv)
+    fdlimit.raise_soft_limit()  # before the scanner sizes its bounds from it
     if opts.debug:
         os.environ["PCP_PYTHON_DEBUG"] = opts.debug
     MmvPMDA(opts).serve()

@@ -20,11 +20,12 @@ import psutil
 import pytest
 from pcp import pmapi
 
+from pmda_mmv import fdlimit
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.scanner import Scanner
 from tests import hostile, mmvbuild
-from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
+from tests.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 from tests.test_bounded import GOOD, Served, serve
 from tests.test_hardening import agent_pids
 
@@ -169,3 +170,66 @@ def test_a_served_file_whose_writer_only_writes_values_is_not_reloaded(tmp_path:
     scanner.mark_dirty("permanent")
     changes = scanner.refresh()
     assert [e.name for e in changes.removed] == [e.name for e in changes.added] == ["permanent"]
+
+
+def limited_agent(mmv_dir: Path, nofile: str) -> AgentSpec:
+    """pmda-mmv started under ``ulimit NOFILE`` (``-Sn 1024``: systemd's default soft
+    limit; ``-n 1024``: soft and hard)."""
+    spec = our_agent(mmv_dir, "--status-metrics")
+    argv = ("/bin/sh", "-c", f'ulimit {nofile} && exec "$@"', "sh", *spec.argv)
+    return AgentSpec(spec.name, spec.domain, argv, notready=spec.notready)
+
+
+def probe(pmcd: PrivatePmcd, name: str) -> list[str]:
+    return pmcd.run("pmprobe", "-v", name).stdout.split()
+
+
+@pytest.mark.pmcd
+def test_served_files_never_take_the_descriptors_a_listing_needs(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Finding 9: under systemd's default soft limit of 1,024 descriptors, 1,100 tiny
+    files took one each and the listing failed ("cannot list directory: Too many open
+    files"): a new file was never even listed.  The agent raises its soft limit to the
+    hard one at start; the new file is served within a few requests, the log has no
+    listing error."""
+    require_pcp()
+    for base in kept_dir(request, "pmda-mmv-bounded3-", "bounded work directory"):
+        mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
+        paths = hostile.many_files(mmv_dir, 1100)
+        pmcd = PrivatePmcd(base / "pmcd", [limited_agent(mmv_dir, "-Sn 1024")], agent_timeout=None)
+        try:
+            pmcd.start()
+            for _ in range(400):
+                if probe(pmcd, "mmv.control.files")[-1] == str(len(paths)):
+                    break
+            else:
+                pytest.fail(pmcd.agent_log()[-2000:])
+            victim = mmvbuild.single(9, 4242).write(mmv_dir / "victim")
+            assert victim
+            for _ in range(5):
+                if probe(pmcd, "mmv.victim.v") == ["mmv.victim.v", "1", "4242"]:
+                    break
+            else:
+                pytest.fail(pmcd.agent_log()[-2000:])
+            assert "cannot list directory" not in pmcd.agent_log()
+        finally:
+            pmcd.stop()
+
+
+def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) -> None:
+    """Finding 9, past the hard limit: the scanner serves at most ``max_files`` files
+    (two descriptors each, fdlimit.py); one more is refused naming the limit, while the
+    directory is still listed, and served once a served file leaves."""
+    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
+    scanner.max_files = 3
+    for k in range(4):
+        mmvbuild.single(10 + k, k).write(tmp_path / f"f{k}")
+    scanner.refresh()
+    assert sorted(scanner.catalogue.files) == ["f0", "f1", "f2"]
+    assert scanner.states["f3"].state == "refused"
+    assert "descriptor limit" in scanner.states["f3"].last_problem
+    (tmp_path / "f0").unlink()
+    scanner.refresh()
+    assert sorted(scanner.catalogue.files) == ["f1", "f2", "f3"]
+    assert fdlimit.max_files(1024) == (1024 - fdlimit.RESERVE - 256) // 2
