@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from pmda_mmv import fdlimit
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
 from pmda_mmv.scanner import Scanner
+from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
 from tests.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 from tests.test_bounded import GOOD, Served, serve
@@ -233,3 +236,51 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f1", "f2", "f3"]
     assert fdlimit.max_files(1024) == (1024 - fdlimit.RESERVE - 256) // 2
+
+
+FLOOD = """
+import os, sys, time
+d, seconds = sys.argv[1], float(sys.argv[2])
+end, n = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    for k in range(100):
+        p = os.path.join(d, f".tmp{k}")
+        os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+        os.unlink(p)
+    n += 100
+print(n)
+"""
+
+
+def test_the_watcher_drops_ignored_names_before_queueing_them(tmp_path: Path) -> None:
+    """Finding 10: another process creating and unlinking dot-files as fast as it can.
+    Their events are dropped as they are read (filestate.ignore_reason, the scanner's
+    rule), never marked, and nothing queues behind them: a real file written after the
+    flood is marked within a second (watchdog's queues were still draining for tens of
+    seconds after such a flood, its memory grown by hundreds of MB)."""
+    marks: list[str] = []
+    arrived: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        marks.append(name)
+        arrived.setdefault(name, time.monotonic())
+
+    watcher = Watcher(str(tmp_path), mark)
+    watcher.ensure()
+    try:
+        flood = subprocess.run(
+            [sys.executable, "-c", FLOOD, str(tmp_path), "4"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        written = time.monotonic()
+        (tmp_path / "after").write_bytes(b"x")
+        deadline = written + 30
+        while "after" not in arrived and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "after" in arrived, len(marks)
+        assert arrived["after"] - written < 1.0, (arrived["after"] - written, flood.stdout)
+        assert not [m for m in marks if m.startswith(".")], len(marks)
+    finally:
+        watcher.stop()
