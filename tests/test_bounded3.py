@@ -25,6 +25,7 @@ from pcp import pmapi
 from pmda_mmv import fdlimit
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.ratelimit import LogLimit
 from pmda_mmv.scanner import Scanner
 from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
@@ -284,3 +285,31 @@ def test_the_watcher_drops_ignored_names_before_queueing_them(tmp_path: Path) ->
         assert not [m for m in marks if m.startswith(".")], len(marks)
     finally:
         watcher.stop()
+
+
+def test_the_log_limit_holds_in_total_with_the_per_file_counts() -> None:
+    """Finding 11: 50 new files a second, each with 40 bad entries: the per-file counts
+    ("N more log lines about this file suppressed") went around the total (500 files/s:
+    ~150 MB of log an hour where 1,000 lines a minute were promised).  Every window now
+    has at most ``total`` lines, counts included, plus the total's one count."""
+    lines: list[tuple[float, str]] = []
+    now = [0.0]
+    limit = LogLimit(
+        lambda line: lines.append((now[0], line)),
+        window=10,
+        per_cause=2,
+        per_file=5,
+        total=100,
+        clock=lambda: now[0],
+    )
+    for second in range(100):
+        now[0] = float(second)
+        for f in range(50):
+            for k in range(40):
+                limit(f"/d/f{second}_{f}: values[{k}].metric at offset {k}: cause {k % 7}")
+    now[0] = 100.0
+    limit.flush()
+    for start in range(0, 100, 10):
+        window = [ln for t, ln in lines if start <= t < start + 10]
+        assert len(window) <= 100 + 1, (start, len(window))
+    assert any("more log lines suppressed" in ln for _, ln in lines)
