@@ -121,6 +121,19 @@ def label_flood(
     return [path]
 
 
+def empty_maps(directory: Path, maps: int, plain: int, *, cluster: int = 209) -> list[Path]:
+    """A file whose item labels are ``maps`` empty maps (``{"e0":{}}``) and ``plain``
+    plain labels, each valid: libpcp counts an empty map as a label."""
+    b = _one(cluster)
+    b.version = 3
+    payloads = [json.dumps({f"e{k}": {}}) for k in range(maps)]
+    payloads += [json.dumps({f"l{k}": k}) for k in range(plain)]
+    _labels_in_sections(b, [Label(fmt.LABEL_ITEM, 1, p) for p in payloads])
+    path = directory / f"emptymaps{maps}x{plain}"
+    b.write(path)
+    return [path]
+
+
 def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
     """A valid file: one indom of ``instances`` instances and a metric over it, and
     ``labels`` instance labels (one each for the first instances), over as many LABELS

@@ -30,7 +30,7 @@ from pmda_mmv.scanner import Scanner
 from pmda_mmv.watcher import Watcher
 from tests import hostile, mmvbuild
 from tests.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.test_bounded import GOOD, Served, serve
+from tests.test_bounded import GOOD, Served, pmda_mmv, serve
 from tests.test_hardening import agent_pids
 
 BIG = (80, 12_500)  # metrics x instances: 1M values, 33 MB, about 0.2 s to load here
@@ -313,3 +313,30 @@ def test_the_log_limit_holds_in_total_with_the_per_file_counts() -> None:
         window = [ln for t, ln in lines if start <= t < start + 10]
         assert len(window) <= 100 + 1, (start, len(window))
     assert any("more log lines suppressed" in ln for _, ln in lines)
+
+
+@pytest.mark.pmcd
+def test_empty_maps_count_as_labels_libpcp_counts(served: Served) -> None:
+    """Finding 12: item labels of 60 empty maps and 200 plain labels (260: libpcp counts an
+    empty map as a label, and accepts at most 254).  ``check`` said ok and every label
+    request logged libpcp's refusal (1.3 MB in 5 s).  Now the set is refused once, with one
+    line naming the file, label requests log nothing more, and ``check`` names it; 254
+    (40 maps and 214 plain labels) is still served whole."""
+    (bad,) = hostile.empty_maps(served.dir, 60, 200)
+    (edge,) = hostile.empty_maps(served.dir, 40, 214, cluster=210)
+    try:
+        served.assert_good_answers()
+        lines = [ln for ln in served.log_lines(bad) if "labels" in ln]
+        assert len(lines) == 1 and "libpcp" in lines[0], lines
+        size = served.log_size()
+        for _ in range(3):
+            shown = served.pmcd.run("pminfo", "-l", f"mmv.{bad.name}.v", f"mmv.{edge.name}.v")
+            assert shown.returncode == 0, shown.stderr
+        assert served.log_size() == size, served.pmcd.agent_log()[size:]
+        text = shown.stdout.split(f"mmv.{edge.name}.v")[1]
+        assert '"e0":{}' in text and '"l213":213' in text, text[:500]
+        assert "libpcp" in pmda_mmv("check", str(bad))
+        assert "libpcp" not in pmda_mmv("check", str(edge))
+    finally:
+        bad.unlink()
+        edge.unlink()
