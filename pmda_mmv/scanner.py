@@ -116,6 +116,7 @@ class Scanner(Loader):
         self._freed = 0  # catalogue.freed when the starved files were last retried
         self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
+        self._heavy_turn = False  # this request, heavy files are not left for later
 
     # -- queries
 
@@ -230,15 +231,29 @@ class Scanner(Loader):
         return changes
 
     def _drain(self, deadline: float | None) -> Changes:
-        """Load queued names in order until ``deadline`` (None: all of them)."""
+        """Load queued names in order until ``deadline`` (None: all of them).
+
+        Heavy files (whose load would take more than half the budget at the measured load
+        rate) take turns with the others: every other request leaves them queued, in
+        their place, while the files behind them load, so a stream of new heavy files
+        cannot keep a small new file waiting more than a request or two."""
         if not self._queue:
             return Changes()
         # the queue is not copied: a sweep of 100,000 names costs what each request reaches
         queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
-        changes, stop = self._consider(queue, deadline)
-        if stop is not None:
-            for name in list(itertools.takewhile(lambda n: n != stop, queue)):
-                del queue[name]
+        skip = deadline is not None and self.budget is not None and not self._heavy_turn
+        self.skip_bytes = int(self.load_rate * self.budget / 2) if skip and self.budget else None
+        try:
+            changes, stop = self._consider(queue, deadline)
+        finally:
+            self.skip_bytes = None
+        skipped = set(self.skipped)
+        self._heavy_turn = bool(skipped)  # the next request, heavy files go first
+        if stop is not None or skipped:
+            done = list(itertools.takewhile(lambda n: n != stop, queue))
+            for name in done:
+                if name not in skipped:
+                    del queue[name]
             queue.update(self._queue)  # a name queued again keeps its place
             self._queue = queue
         return changes

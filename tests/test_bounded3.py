@@ -13,6 +13,7 @@ import os
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -340,3 +341,55 @@ def test_empty_maps_count_as_labels_libpcp_counts(served: Served) -> None:
     finally:
         bad.unlink()
         edge.unlink()
+
+
+def link_stream(target: Path, links: list[Path], stop: threading.Event) -> None:
+    """A new symlink to ``target`` beside it every 20 ms until ``stop``."""
+    while not stop.is_set():
+        link = target.with_name(f"s{len(links):04d}")
+        link.symlink_to(target.name)
+        links.append(link)
+        time.sleep(0.02)
+
+
+@pytest.mark.pmcd
+def test_a_stream_of_heavy_new_files_cannot_starve_a_small_new_file(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Finding 4: a new name every 20 ms for a file that costs more than half the budget
+    to load (symlinks to one 16 MB file of 480,000 values: each is served under its own
+    name, so each is loaded).  New names went first and the first queued file always
+    loaded, so a victim's small new file stayed ``pending`` for the whole stream.  Heavy
+    files now take turns with the others: the victim is served within a few requests."""
+    require_pcp()
+    for base in kept_dir(request, "pmda-mmv-bounded3-", "bounded work directory"):
+        mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
+        (big,) = hostile.big_files(mmv_dir, 1, 80, 6000)
+        agent = our_agent(mmv_dir, "--max-total", "100000", "--status-metrics")
+        pmcd = PrivatePmcd(base / "pmcd", [agent], agent_timeout=None)
+        stop = threading.Event()
+        links: list[Path] = []
+        writer = threading.Thread(target=link_stream, args=(big, links, stop), daemon=True)
+        try:
+            pmcd.start()
+            pids = agent_pids(pmcd)
+            writer.start()
+            time.sleep(1.0)
+            mmvbuild.single(9, 4242).write(mmv_dir / "victim")
+            want = ["mmv.victim.v", "1", "4242"]
+            probes = 1
+            while (got := probe(pmcd, "mmv.victim.v")) != want:  # each: a few requests
+                probes += 1
+                if probes > 10:
+                    states = pmcd.run("pminfo", "-f", "mmv.control.file.state").stdout
+                    victim = [ln for ln in states.splitlines() if "victim" in ln]
+                    pytest.fail(f"victim not served: {got} {victim}; {len(links)} links")
+            print("victim served at probe", probes, "of the stream's", len(links), "links")
+            assert agent_pids(pmcd) == pids
+        finally:
+            stop.set()
+            if writer.is_alive():
+                writer.join()
+            pmcd.stop()
+            for path in [*links, big, mmv_dir / "victim"]:
+                path.unlink(missing_ok=True)
