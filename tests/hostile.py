@@ -194,6 +194,12 @@ def flat_names(directory: Path, files: int, names: int) -> list[Path]:
     return _named(directory, "flat", 300, files, names, lambda f, j: f"flat{f}_{j}", 1)
 
 
+def prefixed_names(directory: Path, files: int, names: int) -> list[Path]:
+    """``files`` files ``f000``... of ``names`` singular metrics each, under the file's
+    name (``mmv.f000.m0``...)."""
+    return _named(directory, "f", 300, files, names, lambda f, j: f"m{j}", 2, flags=0)
+
+
 def _named(
     directory: Path,
     stem: str,
