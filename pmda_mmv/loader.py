@@ -68,6 +68,8 @@ class Loader:
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
         self.max_files = fdlimit.max_files()  # served files (descriptors: fdlimit.py)
+        self.max_names = 1 << 62  # metric names of the served files (the scanner's option)
+        self._names = 0  # metric entries of the served files
         self._opening = 0  # files one _consider opened that were not served before
         self._total = 0  # bytes of the served files
         self._loading = 0  # bytes of the files one _consider opened, not served yet
@@ -104,6 +106,7 @@ class Loader:
         state.entry = None
         _count(self._asked, entry.mf.header.cluster, -1)
         self._total -= entry.mf.size
+        self._names -= len(entry.metrics)
         self._released += 1
         self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
@@ -334,6 +337,16 @@ class Loader:
         writer, inode = found
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
+        if self._names + len(mf.metrics) > self.max_names:
+            _close(mf, writer)
+            self._requeue_links(inode)
+            why = (
+                f"{mf.path}: metrics: {len(mf.metrics)} names: the served files would have "
+                f"more than {self.max_names} (--max-names), file not served"
+            )
+            self._set(state, REFUSED, why, changes)
+            self._starved.add(state.name)  # retried when a file leaves
+            return
         entry = self.catalogue.add(mf, *wants)
         if entry is None:
             _close(mf, writer)
@@ -350,6 +363,7 @@ class Loader:
         state.error = None
         _count(self._asked, mf.header.cluster, 1)
         self._total += mf.size
+        self._names += len(entry.metrics)
         if inode is not None:  # not through a symlink
             state.inode = inode
             self._inodes[inode] = state.name

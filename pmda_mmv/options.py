@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .reader import DEFAULT_MAX_SIZE
-from .scanner import MAX_TOTAL, parse_owners
+from .scanner import MAX_NAMES, MAX_TOTAL, parse_owners
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Options:
     max_size: int = DEFAULT_MAX_SIZE
     pmid_hash_reset: bool = True
     max_total: int = MAX_TOTAL
+    max_names: int = MAX_NAMES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -77,6 +78,12 @@ def parser() -> argparse.ArgumentParser:
         help="most bytes of all served files together, in MiB (default 1024)",
     )
     p.add_argument(
+        "--max-names",
+        type=int,
+        default=MAX_NAMES,
+        help=f"most metric names of all served files together (default {MAX_NAMES})",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -106,4 +113,5 @@ def parse_args(argv: Sequence[str]) -> Options:
         max_size=a.max_size << 20,
         pmid_hash_reset=a.pmid_hash_reset,
         max_total=a.max_total << 20,
+        max_names=a.max_names,
     )

@@ -60,6 +60,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             owners=opts.owners,
             max_size=opts.max_size,
             max_total=opts.max_total,
+            max_names=opts.max_names,
             log=self.file_log,
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)

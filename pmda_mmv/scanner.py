@@ -22,7 +22,7 @@ the request's budget lasts, else it is queued as any other.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
 is retried when the catalogue frees one (in name order, until one is still refused); a file
-refused past ``max_total`` when a served file leaves.
+refused past ``max_total`` or ``max_names`` when a served file leaves.
 
 Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
 is followed only to a regular file inside the same directory; ``owners``; files larger than
@@ -58,6 +58,9 @@ from .loader import Loader
 from .reader import DEFAULT_MAX_SIZE
 
 MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
+MAX_NAMES: Final = 500_000
+"""Metric names of all served files together (--max-names): about 0.8 GB of the agent at
+1.6 KB a name (issue 28; the C agent has no bound and was dropped at 1M names)."""
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
@@ -90,6 +93,7 @@ class Scanner(Loader):
         pidfd: bool = True,
         budget: float | None = BUDGET,
         max_total: int = MAX_TOTAL,
+        max_names: int = MAX_NAMES,
     ) -> None:
         super().__init__(
             directory,
@@ -102,6 +106,7 @@ class Scanner(Loader):
             pidfd=pidfd,
             max_total=max_total,
         )
+        self.max_names = max_names
         self.check_interval = check_interval
         self.budget = budget
         self.reload_requested = False

@@ -28,6 +28,7 @@ from pcp import pmapi
 from pmda_mmv import fdlimit
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.options import parse_args
 from pmda_mmv.ratelimit import LogLimit
 from pmda_mmv.scanner import Scanner
 from pmda_mmv.serving import Serving
@@ -419,3 +420,18 @@ def test_memory_per_served_name_is_cut(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert len(model.served_names) == 20_000
     assert per_name < 1_600, per_name
+
+
+def test_served_names_stop_at_max_names_and_resume(tmp_path: Path) -> None:
+    """Finding 5: nothing bounded the names of all files together (1,000 files of 1,000
+    metrics: 2.85 GB).  ``--max-names``: a file that would take the served files past it
+    is refused naming the option, and served once a file leaves."""
+    assert parse_args(["--max-names", "2500"]).max_names == 2500
+    hostile.prefixed_names(tmp_path, 3, 1000)
+    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None, max_names=2500)
+    scanner.refresh()
+    assert sorted(scanner.catalogue.files) == ["f000", "f001"]
+    assert "--max-names" in scanner.states["f002"].last_problem
+    (tmp_path / "f000").unlink()
+    scanner.refresh()
+    assert sorted(scanner.catalogue.files) == ["f001", "f002"]
