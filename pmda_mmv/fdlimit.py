@@ -4,9 +4,9 @@ process's limit, never by what a local user writes into the directory.
 
 At start the agent raises its soft ``RLIMIT_NOFILE`` to the hard limit (systemd's default
 soft limit is 1,024; the C agent needs 3 descriptors however many files it maps).  The
-scanner serves at most :func:`max_files` files: two descriptors each, once RESERVE
-descriptors (listings, the log, pmcd's pipes, the watcher) and the backoff's quarter
-(descriptors kept for files not ready) are set aside.  A file past it is refused with the
+scanner's served files and their writers' pidfds hold at most :func:`max_files`
+descriptors, once RESERVE (listings, the log, pmcd's pipes, the watcher) and the backoff's
+quarter (descriptors kept for files not ready) are set aside.  A file past it is refused with the
 reason and retried when a served file leaves, so a listing never lacks a descriptor that
 served files took.
 """
@@ -40,8 +40,8 @@ def soft_limit() -> int:
 
 
 def max_files(limit: int | None = None) -> int:
-    """Files the scanner may serve under a descriptor ``limit`` (default: the soft limit in
-    force): two descriptors each (the file, its writer's pidfd) after RESERVE and the
-    backoff's quarter of the limit."""
+    """Descriptors served files and their writers' pidfds may hold together under a
+    descriptor ``limit`` (default: the soft limit in force): the limit less RESERVE and
+    the backoff's quarter."""
     limit = soft_limit() if limit is None else limit
-    return max(1, (limit - RESERVE - limit // 4) // 2)
+    return max(1, limit - RESERVE - limit // 4)

@@ -67,7 +67,7 @@ class Loader:
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
-        self.max_files = fdlimit.max_files()  # served files (descriptors: fdlimit.py)
+        self.max_files = fdlimit.max_files()  # descriptors of served files and pidfds
         self.max_names = 1 << 62  # metric names of the served files (the scanner's option)
         self._names = 0  # metric entries of the served files
         self._opening = 0  # files one _consider opened that were not served before
@@ -311,12 +311,15 @@ class Loader:
         return True
 
     def _over_files(self, state: FileState, path: str, changes: Changes) -> bool:
-        """Refuse ``state`` when serving it would take the served files past max_files
-        (their descriptors: fdlimit.py), retried when a file leaves."""
-        if state.entry is not None or len(self.catalogue.files) + self._opening < self.max_files:
+        """Refuse ``state`` when serving it (its descriptor and maybe a pidfd) would take
+        the served files' descriptors past max_files (fdlimit.py), retried when a file
+        leaves."""
+        served = len(self.catalogue.files)
+        used = served + self._writers.watched + 2 * self._opening  # a file and its pidfd
+        if state.entry is not None or used + 2 <= self.max_files:
             return False
         why = (
-            f"{path}: file: {self.max_files} files served, the most the descriptor limit "
+            f"{path}: file: {served} files served, the most the descriptor limit "
             "allows (RLIMIT_NOFILE), file not served"
         )
         self._set(state, REFUSED, why, changes)

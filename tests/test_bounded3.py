@@ -247,11 +247,11 @@ def test_served_files_never_take_the_descriptors_a_listing_needs(
 
 
 def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) -> None:
-    """Finding 9, past the hard limit: the scanner serves at most ``max_files`` files
-    (two descriptors each, fdlimit.py); one more is refused naming the limit, while the
-    directory is still listed, and served once a served file leaves."""
+    """Finding 9, past the hard limit: served files and their writers' pidfds hold at most
+    ``max_files`` descriptors (fdlimit.py); one more file is refused naming the limit,
+    while the directory is still listed, and served once a served file leaves."""
     scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
-    scanner.max_files = 3
+    scanner.max_files = 6  # descriptors: a file loading counts two (its pidfd, if any)
     for k in range(4):
         mmvbuild.single(10 + k, k).write(tmp_path / f"f{k}")
     scanner.refresh()
@@ -261,7 +261,7 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
     (tmp_path / "f0").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f1", "f2", "f3"]
-    assert fdlimit.max_files(1024) == (1024 - fdlimit.RESERVE - 256) // 2
+    assert fdlimit.max_files(20_000) == 20_000 - fdlimit.RESERVE - 5_000
 
 
 FLOOD = """
