@@ -132,7 +132,6 @@ def _check_empty(cat: Catalogue) -> None:
         or cat.sources
         or cat.indom_sources
         or cat.indom_keys
-        or cat.own_indoms
     ):
         raise Finding("catalogue not empty after every file was removed")
 

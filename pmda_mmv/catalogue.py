@@ -25,6 +25,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
@@ -38,6 +39,7 @@ from .indoms import derived_indom as derived_indom
 from .nametree import MAX_CHILDREN as MAX_CHILDREN
 from .nametree import NameTree
 from .reader import MmvFile
+from .registry import Key, Registry, describe
 from .rules import merge_labels, name_problem, printable
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
@@ -127,6 +129,7 @@ class FileEntry:
     notes: str = ""
     problems: list[str] = field(default_factory=list)
     starved: bool = False  # some indom got no PCP serial: retried when serials free up
+    identity: str = ""  # why it is not served under the cluster it asked for ("" if it is)
 
     @property
     def name(self) -> str:
@@ -141,12 +144,25 @@ class Catalogue:
     warning, naming the file."""
 
     def __init__(
-        self, prefix: str = "mmv", reserved: Iterable[str] = ("control",), log: Log | None = None
+        self,
+        prefix: str = "mmv",
+        reserved: Iterable[str] = ("control",),
+        log: Log | None = None,
+        *,
+        info: Log | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.prefix = prefix
         self.reserved = {f"{prefix}.{r}" for r in reserved}
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
+        benign: Log = info or sink
+        self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
+        self.registry = registry if registry is not None else Registry()
+        self.identity = ""  # why the last choose_cluster moved a file (FileEntry.identity)
+        self._evicted = ""  # the eviction the last choose_cluster made, as a note
+        self._free_below = 1  # the lowest cluster that may be neither served nor held
+        self._released = self.registry.released
         self.refusal = ""  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
@@ -158,9 +174,6 @@ class Catalogue:
         self.leaves = self.tree.leaves
         self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
-        self.last_cluster: dict[str, tuple[int, int]] = {}  # name -> (cluster, header's)
-        self.last_indom: dict[tuple[str, int], int] = {}  # (file, serial) -> not C's number
-        self.own_indoms: set[tuple[str, int]] = set()  # served keys of last_indom
         # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
         # of every file serving it, in file-name order; the first one describes it.
         self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
@@ -169,32 +182,102 @@ class Catalogue:
     # -- clusters
 
     def choose_cluster(self, mf: MmvFile, requested: set[int]) -> int | None:
-        """The cluster for ``mf``: see the module rules; ``requested`` holds clusters other
-        files in the directory ask for.  None when all 4095 are taken."""
-        taken = self.owners
-        last, asked = self.last_cluster.get(mf.name, (0, 0))
-        if last and asked == mf.header.cluster and last not in taken:
-            return last  # moved before and asking the same: it keeps the cluster it has
-        want = mf.header.cluster or last
-        if want and want not in taken:
-            return want
-        if want and want == mf.header.cluster and self.shareable(mf, want):
-            return want
-        first = self._taken_below  # clusters below it are all taken
-        for c in range(first, fmt.MAX_CLUSTER + 1):
-            if c not in taken and c not in requested:
-                break
-        else:
-            free = [c for c in range(first, fmt.MAX_CLUSTER + 1) if c not in taken]
-            if not free:
-                return None
-            c = free[0]
-        if mf.header.cluster:
-            self.log(
-                f"{mf.path}: {fmt.header_field('cluster')}: cluster {mf.header.cluster} "
-                f"already served, using cluster {c}"
-            )
+        """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
+        ``requested`` holds clusters other files in the directory ask for.  None when all
+        4095 are served.  :attr:`identity` says why a file is not served where it asked."""
+        taken, registry = self.owners, self.registry
+        key: Key = (mf.name, mf.uid)
+        asked = mf.header.cluster
+        record = registry.get(key)
+        self.identity = ""
+        if record is not None and asked in (0, record.asked):
+            own = record.cluster  # a returning name: its own cluster, whoever asks for it
+            if own not in taken or self.shareable(mf, own):
+                if record.note:  # moved when it first came: said again, not logged
+                    self.identity = record.note
+                elif asked and own != asked:
+                    self.identity = self._moved(mf, asked, own)
+                return own
+        if asked:
+            if asked in taken:
+                if self.shareable(mf, asked):
+                    return asked
+            else:
+                holders = self.registry.holders(asked, key)
+                if not holders or self._rejoins(mf, asked, holders):
+                    return asked
+            if record is not None and record.cluster not in taken:
+                self.identity = self._moved(mf, asked, record.cluster)
+                return record.cluster  # asks for another cluster it cannot have: keeps its own
+        self._evicted = ""
+        c = self._free_cluster(requested)
+        if c is None:
+            return None
+        if asked:
+            self.identity = self._moved(mf, asked, c)
+            self.info(f"{mf.path}: {fmt.header_field('cluster')}: {self.identity}")
+        if self._evicted:
+            self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
         return c
+
+    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
+        """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
+        if asked in self.owners:
+            holder = next((e.name for e in self.files.values() if e.cluster == asked), "?")
+            who = f"served to {holder}"
+        else:
+            holders = self.registry.holders(asked, (mf.name, mf.uid))
+            who = f"held by {describe(holders[0])} (departed)" if holders else "free now"
+        return f"asked for cluster {asked}, {who}: served as cluster {cluster}"
+
+    def _rejoins(self, mf: MmvFile, cluster: int, holders: list[Key]) -> bool:
+        """Whether ``mf`` may take ``cluster``, held by departed ``holders`` only: a
+        NOPREFIX file of the same owner rejoining the NOPREFIX files of one application
+        that asked for that cluster (their processes come and go, PCP QA 648)."""
+        if not mf.header.noprefix:
+            return False
+        for key in holders:
+            record = self.registry.get(key)
+            if record is None or key[1] != mf.uid or not record.noprefix:
+                return False
+            if record.asked != cluster:
+                return False
+        return True
+
+    def _free_cluster(self, requested: set[int]) -> int | None:
+        """The lowest cluster neither served nor held by a remembered name, preferring
+        those no other file of the directory asks for; when none, the longest-departed
+        holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
+        taken, registry = self.owners, self.registry
+        if registry.released != self._released:  # a held cluster was freed: search again
+            self._released, self._free_below = registry.released, 1
+        # clusters below it are all served, or held by a remembered name (N newcomers past
+        # N departed names' clusters cost N steps, not N^2 / 2)
+        first = max(self._taken_below, self._free_below)
+        fallback = None
+        for c in range(first, fmt.MAX_CLUSTER + 1):
+            if c in taken or registry.cluster_held(c):
+                continue
+            if fallback is None:
+                fallback = self._free_below = c
+            if c not in requested:
+                return c
+        if fallback is not None:
+            return fallback
+        self._free_below = fmt.MAX_CLUSTER + 1
+        evicted = registry.evict_cluster(lambda c: c not in taken)
+        if evicted is None:
+            return None
+        cluster, gone = evicted
+        line = (
+            f"identity registry: every cluster is served or remembered: cluster {cluster} "
+            f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
+        )
+        registry.note_eviction(line)
+        self.log(line)
+        held = ", ".join(describe(k) for k in gone)
+        self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
+        return cluster
 
     def shareable(self, mf: MmvFile, cluster: int) -> bool:
         """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
@@ -267,14 +350,31 @@ class Catalogue:
             if mf.header.cluster and packs(mf.header.cluster, s)
         }
 
-    def indom_serial(self, name: str, cluster: int, serial: int, wanted: set[int]) -> int | None:
+    def indom_serial(
+        self, name: str, cluster: int, serial: int, wanted: set[int], uid: int = 0
+    ) -> int | None:
         """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
-        :mod:`~.indoms`), or None when none is free near its derived number."""
+        :mod:`~.indoms`; owner ``uid``): a number another remembered name holds is not
+        given (:mod:`~.registry`); None when no number at all is free."""
         shared = self.indom_keys.get((cluster, serial))
         if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
             return shared
-        own = self.last_indom.get((name, serial))
-        return choose_indom(name, cluster, serial, own, self.indom_sources, wanted)
+        key, registry, served = (name, uid), self.registry, self.indom_sources
+        record = registry.get(key)
+        own = record.indoms.get(serial) if record is not None else None
+        if own is not None and own not in served:
+            return own  # its own number (only files it shares a cluster with hold it too)
+        # rejoining the departed files of its cluster (a few looked at: they agree)
+        for other in itertools.islice(registry.clusters.get(cluster, ()), 16):
+            r = registry.get(other)
+            number = r.indoms.get(serial) if r and r.cluster == cluster else None
+            if other[1] == uid and number is not None and number not in served:
+                return number
+
+        def used(number: int) -> bool:
+            return number in served or registry.serial_held(number, key)
+
+        return choose_indom(name, cluster, serial, None, _Used(used), wanted)
 
     # -- files
 
@@ -310,8 +410,13 @@ class Catalogue:
         entry.labels, entry.notes = merge_labels(
             mf.labels_for(fmt.LABEL_CLUSTER, mf.header.cluster)
         )
+        entry.identity = self.identity
         self.files[mf.name] = entry
-        remember(self.last_cluster, mf.name, (cluster, mf.header.cluster), self.files)
+        indoms = {serial: si.serial for serial, si in entry.indoms.items()}
+        key = (mf.name, mf.uid)
+        self.registry.serve(
+            key, cluster, mf.header.cluster, mf.header.noprefix, indoms, entry.identity
+        )
         return entry
 
     def _refuse_file(self, why: str) -> FileEntry | None:
@@ -336,8 +441,8 @@ class Catalogue:
             if not _unlink(self.sources, (m.cluster, m.item), m):
                 self.tree.release(m.name)
                 self.leaf_pmid.pop(m.name, None)
+        self.registry.depart((name, entry.mf.uid))
         for serial, si in entry.indoms.items():
-            self.own_indoms.discard((name, serial))
             if not _unlink(self.indom_sources, si.serial, si):
                 del self.indom_keys[(entry.cluster, serial)]
                 self.freed += 1
@@ -346,17 +451,12 @@ class Catalogue:
     def _add_indoms(self, entry: FileEntry, wanted: set[int]) -> None:
         mf = entry.mf
         for serial, indom in mf.indoms.items():
-            pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted)
+            pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted, mf.uid)
             if pcp_serial is None:
                 entry.starved = True
                 self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
                 continue
             self.indom_keys[(entry.cluster, serial)] = pcp_serial
-            if pcp_serial != c_indom(entry.cluster, serial):
-                self.own_indoms.add((mf.name, serial))
-                remember(self.last_indom, (mf.name, serial), pcp_serial, self.own_indoms)
-            else:
-                self.last_indom.pop((mf.name, serial), None)
             si = ServedIndom(pcp_serial, indom, file=mf.name)
             si.labels, si.notes = merge_labels(mf.labels_for(fmt.LABEL_INDOM, serial))
             for inst in indom.instances:
@@ -408,6 +508,18 @@ def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
         m.dimension,
         m.indom,
     )
+
+
+class _Used:
+    """A container of the PCP indom serials not to give (served or held)."""
+
+    __slots__ = ("_used",)
+
+    def __init__(self, used: Callable[[int], bool]) -> None:
+        self._used = used
+
+    def __contains__(self, number: object) -> bool:
+        return isinstance(number, int) and self._used(number)
 
 
 class _FromFile(Protocol):

@@ -1,8 +1,9 @@
 """``pmda-mmv``: the command line.
 
 Subcommands: ``pmda`` (the agent pmcd runs), ``debug`` (standalone, no pmcd), ``check`` and
-``dump`` (inspect files).  Each subcommand's module is imported only when it runs, so
-``check`` and ``dump`` work without python3-pcp.
+``dump`` (inspect files), ``prune`` (remove departed PROCESS writers' files), ``install``
+and ``remove`` (switch the system pmcd's mmv agent).  Each subcommand's module is imported
+only when it runs, so ``check`` and ``dump`` work without python3-pcp.
 """
 
 from __future__ import annotations
@@ -16,13 +17,19 @@ EPILOG = """\
 commands:
   pmda     run as PCP's mmv agent under pmcd (what pmcd.conf starts; see pmda --help)
   debug    serve the directory standalone and print what the agent sees (no pmcd)
-  check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited or
-           ignored, with every problem and what decided
+  check    judge MMV files as the agent does: ok, partial, not-ready, refused, exited,
+           no-writer or ignored, with every problem and what decided
   dump     print every header field, TOC entry, indom, instance, metric, value and label
+  prune    remove the files of MMV_FLAG_PROCESS writers that have exited (see prune --help)
+  install  as root: make this pmda-mmv the system pmcd's mmv agent (the stock one saved)
+  remove   as root: take pmda-mmv out of pmcd and put the stock C mmv agent back
 
 Files are MMV files (mmv(5)) as written by libpcp_mmv, pcp.mmv, Parfait, Speed or Hornet
 into $PCP_TMP_DIR/mmv.
 """
+
+
+COMMANDS = ["pmda", "debug", "check", "dump", "prune", "install", "remove"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,7 +50,7 @@ def _main(argv: Sequence[str] | None) -> int:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["pmda", "debug", "check", "dump"])
+    parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("args", nargs=argparse.REMAINDER)
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
@@ -54,6 +61,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from .pmda import main as run_pmda
 
         return run_pmda(rest)
+    if ns.command in ("install", "remove"):
+        from .install import main as run_install
+
+        return run_install(ns.command, rest)
     if ns.command == "debug":
         from .debug import main as run_debug
 
@@ -62,6 +73,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from .verdict import main as run_check
 
         return run_check(rest)
+    if ns.command == "prune":
+        from .prune import main as run_prune
+
+        return run_prune(rest)
     from .dump import main as run_dump
 
     return run_dump(rest)

@@ -117,6 +117,10 @@ def _cluster(s: FileState) -> int:
     return s.entry.cluster if s.entry else 0
 
 
+def _identity(s: FileState) -> str:
+    return s.entry.identity if s.entry else ""
+
+
 class StatusMetric(NamedTuple):
     """A per-file status metric: ``metric`` (its one-line help is also its long help) and
     the reader of its value in a :class:`~.scanner.FileState`."""
@@ -135,7 +139,7 @@ FILE_STATUS: Final = {
     10: _status(
         "control.file.state",
         fmt.TYPE_STRING,
-        "State of the file: ok, partial, pending, not-ready, refused or exited",
+        "State of the file: ok, partial, pending, not-ready, refused, exited or no-writer",
         lambda s: s.state,
     ),
     11: _status(
@@ -160,6 +164,13 @@ FILE_STATUS: Final = {
     16: _status("control.file.pid", fmt.TYPE_I32, "Writer process id from the file header", _pid),
     17: _status(
         "control.file.cluster", fmt.TYPE_U32, "PMID cluster assigned to the file", _cluster
+    ),
+    18: _status(
+        "control.file.identity",
+        fmt.TYPE_STRING,
+        "Why the file is not served under the cluster it asked for, naming the file that "
+        "holds that cluster (empty when it is)",
+        _identity,
     ),
 }
 """Per-file status metrics (``--status-metrics``) by item, over the status indom."""

@@ -1,7 +1,7 @@
 """``pmda-mmv debug``: the agent's view of a directory, without pmcd.
 
 Runs the same :class:`~.scanner.Scanner` and :class:`~.catalogue.Catalogue` as the agent (with
-its ``--owners``, ``--prefix`` and ``--max-size``) and
+its serving options, the identity registry read only) and
 prints every file accepted, refused (with the reason), changed or gone as it happens.  Press
 Enter for the full table of names, descriptors, instances, help, labels and current values
 (what ``pminfo -dfTlt mmv`` would show), ``q`` then Enter to quit; ``--once`` prints the table
@@ -109,7 +109,6 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/mmv)")
     p.add_argument("--once", action="store_true", help="scan once, print the table, exit")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between checks")
-    p.add_argument("-d", "--domain", type=int, default=70, help="domain shown in PMIDs")
     add_agent_options(p)
     a = p.parse_args(argv)
     options = agent_options(p, a)
@@ -119,17 +118,23 @@ def main(argv: Sequence[str]) -> int:
     def log(line: str) -> None:
         say(out, f"{time.strftime('%H:%M:%S')} problem  {line}")
 
-    limited = LogLimit(log)
+    def info(line: str) -> None:
+        say(out, f"{time.strftime('%H:%M:%S')} info     {line}")
+
+    limited = LogLimit(log, info=info)
+    registry = options.open_registry()  # the agent's numbers, read only: debug saves nothing
     scanner = Scanner(
         directory,
-        Catalogue(options.prefix, log=limited),
+        Catalogue(options.prefix, log=limited, info=limited.info, registry=registry),
         owners=options.owners,
         max_size=options.max_size,
+        max_total=options.max_total,
         log=limited,
+        info=limited.info,
     )
     report(scanner.refresh(force=True), scanner, out)
     if a.once:
-        table(scanner.served(), a.domain, out)
+        table(scanner.served(), options.domain, out)
         return 0
     watcher = Watcher(directory, scanner.mark_dirty)
     say(out, f"watching {directory}; Enter prints the table, q quits")
@@ -143,4 +148,4 @@ def main(argv: Sequence[str]) -> int:
             if not line or line.strip() == "q":
                 watcher.stop()
                 return 0
-            table(scanner.served(), a.domain, out)
+            table(scanner.served(), options.domain, out)

@@ -20,6 +20,7 @@ NOT_READY_GRACE: Final = 1.0  # seconds a file may stay not ready before it is l
 REFUSED: Final = "refused"
 PENDING: Final = "pending"  # found, queued for loading by a later request (budget)
 EXITED: Final = "exited"
+NO_WRITER: Final = "no-writer"  # a PROCESS file whose writer is not found, or a reused PID
 IGNORED: Final = "ignored"
 """States of a directory entry, as ``mmv.control.file.state`` reports them (``ignored``
 entries, :func:`ignore_reason`, have no state: only ``pmda-mmv check`` lists them)."""

@@ -20,7 +20,7 @@ from . import layout as fmt
 INDOM_MASK: Final = fmt.MAX_SERIAL
 """PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
 PROBES: Final = 4096
-"""Numbers tried after a derived indom serial before the indom is refused (retried later)."""
+"""Numbers tried after a derived indom serial before the search goes on over every number."""
 
 
 def c_indom(cluster: int, serial: int) -> int:
@@ -45,8 +45,9 @@ def choose_indom(
 ) -> int | None:
     """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster``: ``own``
     (the number it had before) when free, else C's number when free and not wanted by a
-    lossless pair, else the first free number from its derived one; None when none is
-    free within PROBES.  ``used``: the numbers served."""
+    lossless pair, else the first free number from its derived one (after PROBES of them,
+    any free number); None when none at all is free.  ``used``: the numbers served or held
+    by another name."""
     if own is not None and own not in used:
         return own
     number = c_indom(cluster, serial)
@@ -57,4 +58,15 @@ def choose_indom(
         number = (start + k) % INDOM_MASK + 1
         if number not in used and number not in wanted:
             return number
-    return None
+    # PROBES numbers from the derived one are taken (files of another user can fill the
+    # window a name predicts, issue 28 #7): any free number, so that no file is refused
+    # for want of a serial while one is free; one wanted by a lossless pair last
+    fallback = None
+    for k in range(PROBES, INDOM_MASK):
+        number = (start + k) % INDOM_MASK + 1
+        if number not in used:
+            if number not in wanted:
+                return number
+            if fallback is None:
+                fallback = number
+    return fallback

@@ -27,10 +27,21 @@ from .backoff import Backoff
 from .catalogue import Catalogue, FileEntry, Log, remember
 from .dirpolicy import Skip, resolve
 from .errors import MmvError, NotReady
-from .filestate import EXITED, NOT_READY, OK, PARTIAL, REFUSED, UNSEEN, Changes, FileState
-from .liveness import Exited, Writer, Writers, exit_reason
+from .filestate import (
+    EXITED,
+    NO_WRITER,
+    NOT_READY,
+    OK,
+    PARTIAL,
+    PENDING,
+    REFUSED,
+    UNSEEN,
+    Changes,
+    FileState,
+)
+from .liveness import NoWriter, Searching, Writer, Writers, reason_line
 from .reader import MmvFile
-from .rules import printable
+from .rules import printable, with_labels
 
 Inode = tuple[int, int]
 
@@ -55,6 +66,7 @@ class Loader:
         clock: Callable[[], float],
         pidfd: bool,
         max_total: int,
+        info: Log | None = None,
     ) -> None:
         self.directory = directory
         self._prefix = os.path.join(directory, "")
@@ -64,6 +76,8 @@ class Loader:
         self.not_ready_grace = not_ready_grace
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
+        benign: Log = info or sink
+        self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
@@ -81,9 +95,9 @@ class Loader:
         self._instances: dict[str, int] = {}  # name -> status instance id (catalogue.remember)
         self._next_instance = 0
         self._not_ready: set[str] = set()  # names whose state is NOT_READY
-        self._backoff = Backoff(self.states, self.log)
+        self._backoff = Backoff(self.states, self.info)  # "not ready yet" is benign
         self._starved: set[str] = set()  # refused or partial for want of a resource
-        self._writers = Writers(pidfd)
+        self._writers = Writers(pidfd, clock=clock)
         self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
         self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: _consider)
         self.skip_bytes: int | None = None  # _consider leaves files this big for later
@@ -162,7 +176,7 @@ class Loader:
                 self.skipped.append(name)
                 continue
             started = self.clock()
-            loaded = self._load(state, path, lst, loading, changes)
+            loaded = self._load_guarded(state, path, lst, (loading, deadline), changes)
             if loaded is not None:
                 self._measure(loaded[0].size, self.clock() - started)
                 opened.append((state, *loaded))
@@ -208,18 +222,40 @@ class Loader:
 
     # -- one file
 
+    def _load_guarded(
+        self,
+        state: FileState,
+        path: str,
+        lst: os.stat_result | OSError,
+        scan: tuple[dict[Inode, str], float | None],
+        changes: Changes,
+    ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
+        """:meth:`_load`, where an unexpected exception (a defect, or an environment the
+        agent did not foresee) is this file's problem: the file is refused with the
+        exception named, looked at again when its stat changes, and the other files of the
+        scan are still served."""
+        try:
+            return self._load(state, path, lst, scan, changes)
+        except Exception as e:  # one file's fault never ends the scan
+            why = f"{path}: unexpected error while loading ({type(e).__name__}: {e}), not served"
+            self._set(state, REFUSED, why, changes)
+            state.error = None
+            return None
+
     def _load(
         self,
         state: FileState,
         path: str,
         lst: os.stat_result | OSError,
-        loading: dict[Inode, str],
+        scan: tuple[dict[Inode, str], float | None],
         changes: Changes,
     ) -> tuple[MmvFile, Writer | None, Inode | None] | None:
         """Open the entry if its stat changed (or its key was reset for a retry), with its
         live writer when it is a PROCESS file; None when unchanged, not ready, refused or
-        its writer has exited (state and log updated).  ``loading``: the inodes this scan
-        opened so far, by name (a hard link to one of them is refused)."""
+        no live writer was found (state and log updated).  ``scan``: the inodes this scan
+        opened so far, by name (a hard link to one of them is refused), and its deadline
+        (the search for a writer goes on at the next request past it)."""
+        loading, deadline = scan
         try:
             if isinstance(lst, OSError):
                 raise Skip(f"cannot stat: {lst.strerror}", None)
@@ -253,11 +289,24 @@ class Loader:
             state.error = e
             return None
         try:
-            writer = self._writers.open(mf)
-        except Exited:
+            writer = self._writers.open(mf, deadline)
+        except Searching:  # the walk of /proc goes on at the next request
             mf.close()
-            self._set(state, EXITED, exit_reason(path, mf), changes)
+            state.key = UNSEEN
+            self._queue[state.name] = None
+            if state.entry is None and state.state != PENDING:
+                state.state, state.problems = PENDING, []
+                changes.states = True
             return None
+        except NoWriter as e:
+            mf.close()
+            self._set(
+                state, EXITED if e.exited else NO_WRITER, reason_line(path, e.reason), changes
+            )
+            return None
+        except BaseException:
+            mf.close()  # its descriptor is not left open by an unexpected error
+            raise
         if inode is not None:
             loading[inode] = state.name
         return mf, writer, inode
@@ -373,6 +422,7 @@ class Loader:
         if writer is not None:
             state.writer = writer
             self._writers.watch(state.name, writer)
+            _attribute(entry, writer.labels())
         if entry.starved:
             self._starved.add(state.name)
         else:
@@ -424,13 +474,31 @@ class Loader:
             self._not_ready.add(state.name)
         else:
             if changed and not logged:
-                self.log(problem)
+                (self.info if new == EXITED else self.log)(problem)
             self._not_ready.discard(state.name)
             self._backoff.unpeek(state)
         if changed:
             changes.states = True
         state.state = new
         state.problems = [problem]
+
+
+def _attribute(entry: FileEntry, labels: dict[str, str]) -> None:
+    """The agent's labels of a container writer over the file's own, at every level a
+    label set of the file could name them (a container cannot forge its attribution)."""
+    if not labels:
+        return
+    entry.labels = with_labels(entry.labels, labels)
+    names = [f'"{n}"' for n in labels]
+    for sm in entry.metrics:
+        if any(n in sm.labels for n in names):
+            sm.labels = with_labels(sm.labels, labels)
+    for si in entry.indoms.values():
+        if any(n in si.labels for n in names):
+            si.labels = with_labels(si.labels, labels)
+        for inst, (lb, notes) in si.instance_labels.items():
+            if any(n in lb for n in names):
+                si.instance_labels[inst] = (with_labels(lb, labels), notes)
 
 
 def _close(mf: MmvFile, writer: Writer | None) -> None:

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import registry as identity
 from .reader import DEFAULT_MAX_SIZE
 from .scanner import MAX_NAMES, MAX_TOTAL, parse_owners
 
@@ -32,32 +33,20 @@ class Options:
     pmid_hash_reset: bool = True
     max_total: int = MAX_TOTAL
     max_names: int = MAX_NAMES
+    registry: str | None = None  # None: the default path; "" or "none": memory only
+    registry_cap: int = identity.CAP
 
 
-def parser() -> argparse.ArgumentParser:
-    """The argument parser of ``pmda-mmv pmda``."""
-    p = argparse.ArgumentParser(
-        prog="pmda-mmv pmda",
-        description="Serve MMV files to pmcd as PCP's mmv agent (pmcd.conf: "
-        "'mmv 70 pipe binary notready .../pmdammv -d 70').",
-    )
-    p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
+def add_serving_options(p: argparse.ArgumentParser) -> None:
+    """The options that decide what is served and under which numbers: one definition for
+    the agent, ``check`` and ``debug`` (they must judge as the agent does)."""
     p.add_argument("-d", "--domain", type=int, default=70, help="PMDA domain (default 70)")
-    p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
-    p.add_argument("-U", "--username", help="run as this user (default: the PCP user)")
-    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/<prefix>)")
     p.add_argument("--prefix", default="mmv", help="name prefix and PMNS root (default mmv)")
-    p.add_argument(
-        "--status-metrics",
-        action="store_true",
-        help="also serve mmv.control.metrics and the per-file mmv.control.file.*",
-    )
     p.add_argument(
         "--owners",
         help="serve only files owned by these users (comma-separated "
         "names or uids); default: any owner, as the C agent",
     )
-    p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
     p.add_argument(
         "--max-size",
         type=int,
@@ -65,18 +54,56 @@ def parser() -> argparse.ArgumentParser:
         help="largest file served, in MiB (default 64)",
     )
     p.add_argument(
+        "--max-total",
+        type=int,
+        default=MAX_TOTAL >> 20,
+        help="most bytes of all served files together, in MiB (default 1024)",
+    )
+    p.add_argument(
+        "--registry",
+        help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
+        f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
+    )
+    p.add_argument(
+        "--registry-cap",
+        type=int,
+        default=identity.CAP,
+        help=f"names the identity registry remembers (default {identity.CAP})",
+    )
+
+
+def registry_path(registry: str | None, domain: int, var_dir: str) -> str | None:
+    """The registry file for ``--registry`` (None: in memory only)."""
+    if registry is None:
+        return identity.default_path(var_dir, domain)
+    return None if registry in identity.NONE else registry
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``pmda-mmv pmda``."""
+    p = argparse.ArgumentParser(
+        prog="pmda-mmv pmda",
+        description="Serve MMV files to pmcd as PCP's mmv agent. pmcd starts it: "
+        "'pmda-mmv install' (as root) registers it with pmcd; run it by hand only to debug.",
+    )
+    p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
+    p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
+    p.add_argument("-U", "--username", help="run as this user (default: the PCP user)")
+    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/<prefix>)")
+    p.add_argument(
+        "--status-metrics",
+        action="store_true",
+        help="also serve mmv.control.metrics and the per-file mmv.control.file.*",
+    )
+    p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
+    p.add_argument(
         "--no-pmid-hash-reset",
         dest="pmid_hash_reset",
         action="store_false",
         help="do not keep libpcp_pmda's PMID-hash node count down (PCP < 7.0.1 only; "
         "later PCPs never need it)",
     )
-    p.add_argument(
-        "--max-total",
-        type=int,
-        default=MAX_TOTAL >> 20,
-        help="most bytes of all served files together, in MiB (default 1024)",
-    )
+    add_serving_options(p)
     p.add_argument(
         "--max-names",
         type=int,
@@ -114,4 +141,6 @@ def parse_args(argv: Sequence[str]) -> Options:
         pmid_hash_reset=a.pmid_hash_reset,
         max_total=a.max_total << 20,
         max_names=a.max_names,
+        registry=a.registry,
+        registry_cap=a.registry_cap,
     )

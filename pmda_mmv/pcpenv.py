@@ -24,6 +24,18 @@ def tmp_dir() -> str:
     return str(pmContext.pmGetConfig("PCP_TMP_DIR"))
 
 
+DEFAULT_VAR_DIR: Final = "/var/lib/pcp"
+
+
+def var_dir() -> str:
+    """``$PCP_VAR_DIR`` as PCP resolves it (as :func:`tmp_dir`)."""
+    try:
+        from pcp.pmapi import pmContext
+    except Exception:  # ImportError, or OSError when libpcp cannot be loaded
+        return os.environ.get("PCP_VAR_DIR", DEFAULT_VAR_DIR)
+    return str(pmContext.pmGetConfig("PCP_VAR_DIR"))
+
+
 @functools.cache
 def _pcp_units_str() -> Callable[[int], str] | None:
     """python3-pcp's pmUnitsStr over a native pmUnits word, or None without python3-pcp."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import cpmapi as c_api
+import psutil  # noqa: F401 -- imported as root before set_user: see liveness
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaMetric
 
@@ -26,8 +27,9 @@ from . import layout as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from .control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
 from .errors import Changed
-from .options import Options, parse_args
+from .options import Options, parse_args, registry_path
 from .ratelimit import LogLimit
+from .registry import Registry
 from .rules import printable
 from .scanner import STARTUP_BUDGET, Changes, Scanner
 from .serving import Serving
@@ -52,8 +54,15 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         directory = opts.directory or os.path.join(
             pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
         )
-        self.file_log = LogLimit(self.err)  # one limiter for every line about a file
-        self.catalogue = Catalogue(opts.prefix, log=self.file_log)
+        # one limiter for every line about a file: errors (LOG_ERR) and benign events
+        # (LOG_INFO: a writer's exit, a file not ready yet, a number reassigned)
+        self.file_log = LogLimit(self.err, info=self.log)
+        path = registry_path(opts.registry, opts.domain, pmContext.pmGetConfig("PCP_VAR_DIR"))
+        self.registry = Registry(path, opts.registry_cap, log=self.file_log)
+        self.registry.load()  # before the first scan (and before set_user: read as started)
+        self.catalogue = Catalogue(
+            opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
+        )
         self.scanner = Scanner(
             directory,
             self.catalogue,
@@ -62,6 +71,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             max_total=opts.max_total,
             max_names=opts.max_names,
             log=self.file_log,
+            info=self.file_log.info,
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line)
@@ -206,6 +216,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         callback returns: the PMID hash's count is set right first (pmidhash.py)."""
         if not changes:
             return
+        self.registry.save()  # every new number on disk before pmcd can see it
         try:
             self._apply(changes)
         finally:
@@ -266,7 +277,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def reload_changed(self, entry: FileEntry, error: Changed) -> None:
         """A served file changed underneath a fetch: reloaded now within the request's
         budget, else by the next requests (no values from it in this fetch)."""
-        self.log_line(f"{error}; reloading")
+        self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
         changes = self.scanner.reload(entry.name)
         if changes is not None:
             self.apply(changes)

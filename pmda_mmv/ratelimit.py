@@ -4,7 +4,9 @@ Every line the scanner and the catalogue log starts with the file's path (``path
 offset N: message``).  :class:`LogLimit` passes at most ``per_cause`` lines of one cause
 (the line with its numbers blanked: ``values[#].metric at offset #: ...``) and at most
 ``per_file`` lines of one file, and at most ``total`` lines in all, per ``window`` seconds;
-the others are counted, and the count is logged as one line once the window has passed.  A
+the others are counted, and the count is logged as one line once the window has passed.
+Each line has a level: ``limit(line)`` goes to ``sink`` (errors: refusals, faults),
+``limit.info(line)`` to ``info`` (benign events), both counted against the same limits.  A
 file rewritten in a loop, a file of a million bad entries, or ten thousand bad files,
 therefore cost a bounded number of log lines per minute: ``total`` lines, per-file counts
 included (past it a file's count goes into the total's), plus the total's one count.
@@ -43,6 +45,7 @@ class LogLimit:
         self,
         sink: Log,
         *,
+        info: Log | None = None,
         window: float = WINDOW,
         per_cause: int = PER_CAUSE,
         per_file: int = PER_FILE,
@@ -50,6 +53,7 @@ class LogLimit:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sink = sink
+        self.info_sink = info or sink
         self.window = window
         self.per_cause = per_cause
         self.per_file = per_file
@@ -59,6 +63,15 @@ class LogLimit:
         self.all = _Window(clock())  # every line, whatever the file
 
     def __call__(self, line: str) -> None:
+        """Log ``line`` at error level (a refusal, a fault)."""
+        self._pass(line, self.sink)
+
+    def info(self, line: str) -> None:
+        """Log ``line`` at info level (a benign event: a writer's exit, a file not ready
+        yet, a reassigned number), within the same limits."""
+        self._pass(line, self.info_sink)
+
+    def _pass(self, line: str, sink: Log) -> None:
         now = self.clock()
         self._expire(now)
         path, _, rest = line.partition(": ")
@@ -76,7 +89,7 @@ class LogLimit:
             return
         w.lines += 1
         self.all.lines += 1
-        self.sink(line)
+        sink(line)
 
     def flush(self) -> None:
         """Report every suppressed count now (the agent's exit, tests)."""

@@ -88,6 +88,17 @@ def _merged(labels: Iterable[Label]) -> tuple[dict[str, object], dict[str, objec
     return required, optional
 
 
+def with_labels(labels: str, extra: dict[str, str]) -> str:
+    """A merged label set's JSON text (``labels``, "" for none) with ``extra`` set over it
+    (the agent's own labels, e.g. a container writer's ``container``: a file cannot forge
+    them); numbers keep the writer's spelling."""
+    if not extra:
+        return labels
+    merged: dict[str, object] = _AS_WRITTEN.decode(labels) if labels else {}
+    merged.update(extra)
+    return _dump(merged)
+
+
 def label_set_problem(labels: Iterable[Label]) -> str | None:
     """Why libpcp would reject the label set(s) these labels merge into, or None: as many
     labels as PM_MAXLABELS or more (``__pmAddLabels``: "Argument list too long"), where a

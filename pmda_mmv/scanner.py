@@ -94,6 +94,7 @@ class Scanner(Loader):
         budget: float | None = BUDGET,
         max_total: int = MAX_TOTAL,
         max_names: int = MAX_NAMES,
+        info: Log | None = None,
     ) -> None:
         super().__init__(
             directory,
@@ -105,6 +106,7 @@ class Scanner(Loader):
             clock=clock,
             pidfd=pidfd,
             max_total=max_total,
+            info=info,
         )
         self.max_names = max_names
         self.check_interval = check_interval
@@ -352,7 +354,8 @@ class Scanner(Loader):
                 continue
             writer = state.writer
             if writer is not None and writer.fd < 0 and not running(writer):
-                self._set(state, EXITED, exit_reason(entry.mf.path, entry.mf), changes)
+                why = exit_reason(entry.mf.path, entry.mf, writer)
+                self._set(state, EXITED, why, changes)
         for name in stale:  # reloaded within the budget, this request or the next ones
             self.states[name].key = UNSEEN
         changes.extend(self._enqueue(stale))
@@ -364,5 +367,6 @@ class Scanner(Loader):
         for name in self._writers.exited():
             state = self.states[name]
             assert state.entry is not None
-            self._set(state, EXITED, exit_reason(state.entry.mf.path, state.entry.mf), changes)
+            mf = state.entry.mf
+            self._set(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
         return changes

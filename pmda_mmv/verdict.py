@@ -3,11 +3,13 @@
 ``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
 file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
 directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
-skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer is gone) or
-``ignored`` (a dot-file), with every problem as field, byte offset and message.  ``--json``
-prints a list of ``{"file", "status", "problems": [{"field", "offset", "message"[,
-"limit"]}], "served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[,
-"why"]}]}``.
+skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer has exited),
+``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
+(a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
+list of ``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}],
+"served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why"]}],
+"writer"}`` (``writer``: a served PROCESS file's ``{"pid", "agent_pid", "confirmed"[,
+"container", "cgroup"]}``, else null).
 
 Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``layout.MAX_PROBLEMS``
 problems per file are listed (then one line counting the others), and every control and
@@ -30,9 +32,21 @@ from typing import Any, TextIO
 from . import layout as fmt
 from .catalogue import Catalogue
 from .errors import Changed, MmvError
+from .options import add_serving_options, registry_path
+from .pcpenv import var_dir
 from .reader import DEFAULT_MAX_SIZE, MmvFile
+from .registry import CAP, Registry
 from .rules import printable
-from .scanner import IGNORED, NOT_READY, OK, REFUSED, Scanner, ignore_reason, parse_owners
+from .scanner import (
+    IGNORED,
+    MAX_TOTAL,
+    NOT_READY,
+    OK,
+    REFUSED,
+    Scanner,
+    ignore_reason,
+    parse_owners,
+)
 
 Doc = dict[str, Any]
 
@@ -67,9 +81,14 @@ class Directory:
 
     def __init__(self, directory: str, options: Options) -> None:
         self.directory = directory
-        self.catalogue = Catalogue(options.prefix)
+        self.registry = options.open_registry()  # read only: check never changes it
+        self.catalogue = Catalogue(options.prefix, registry=self.registry)
         self.scanner = Scanner(
-            directory, self.catalogue, owners=options.owners, max_size=options.max_size
+            directory,
+            self.catalogue,
+            owners=options.owners,
+            max_size=options.max_size,
+            max_total=options.max_total,
         )
         self.scanner.refresh(force=True)
 
@@ -83,7 +102,7 @@ class Directory:
         ``conflicts`` names the file that won each metric or cluster this one asked for."""
 
         def doc(status: str, problems: list[Doc], **decided: object) -> Doc:
-            found = {"served": [], "cluster": None, "conflicts": [], **decided}
+            found = {"served": [], "cluster": None, "conflicts": [], "writer": None, **decided}
             return {"file": shown, "status": status, "problems": _bounded(problems), **found}
 
         path = os.path.join(self.directory, name)
@@ -119,12 +138,25 @@ class Directory:
         if mf.header.cluster and entry.cluster != mf.header.cluster:
             holders = [e.name for e in self.catalogue.files.values()
                        if e.cluster == mf.header.cluster]  # fmt: skip
-            conflicts.append(
-                {"cluster": mf.header.cluster, "winner": holders[0] if holders else None}
-            )
+            departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
+            winner = holders[0] if holders else (departed[0][0] if departed else None)
+            lost: Doc = {"cluster": mf.header.cluster, "winner": winner}
+            if entry.identity:
+                lost["why"] = entry.identity
+            conflicts.append(lost)
+        elif entry.identity:  # a cluster-0 file given an evicted name's cluster
+            conflicts.append({"cluster": entry.cluster, "winner": None, "why": entry.identity})
         conflicts += self._names_lost(mf, set(served), entry.cluster)
         conflicts = conflicts[: fmt.MAX_PROBLEMS]  # bounded, as the problems
-        return doc(status, problems, served=served, cluster=entry.cluster, conflicts=conflicts)
+        writer = state.writer.as_dict() if state.writer is not None else None
+        return doc(
+            status,
+            problems,
+            served=served,
+            cluster=entry.cluster,
+            conflicts=conflicts,
+            writer=writer,
+        )
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
         """The names of ``mf`` not served for a conflict, each with why (the catalogue's
@@ -170,6 +202,16 @@ class Options:
     prefix: str = "mmv"
     owners: tuple[int, ...] | None = None
     max_size: int = DEFAULT_MAX_SIZE
+    max_total: int = MAX_TOTAL
+    registry: str | None = None  # the registry file (None: in memory, empty)
+    registry_cap: int = CAP
+    domain: int = 70
+
+    def open_registry(self, readonly: bool = True) -> Registry:
+        """The agent's identity registry as it is now (loaded; read only unless told)."""
+        registry = Registry(self.registry, self.registry_cap, readonly=readonly)
+        registry.load()
+        return registry
 
 
 def judge(paths: Iterable[str], options: Options) -> list[Doc]:
@@ -226,8 +268,17 @@ def render_check(result: Doc) -> list[str]:
     lines = [f"{result['file']}: {result['status']}{extra}", *_problem_lines(result["problems"])]
     room = max(fmt.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
     for c in result.get("conflicts", ())[:room]:
+        if "cluster" in c and c.get("why"):
+            lines.append(f"  cluster: {c['why']}")
+            continue
         what = c["name"] if "name" in c else f"cluster {c['cluster']}"
         lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+    writer = result.get("writer")
+    if writer and "container" in writer:  # a writer in another PID namespace
+        lines.append(
+            f"  writer: process {writer['pid']} (PID {writer['agent_pid']} here), "
+            f"container {writer['container']}"
+        )
     return lines
 
 
@@ -281,17 +332,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
-    """The agent's options that decide what it serves, for ``check`` and ``debug``."""
-    parser.add_argument("--prefix", default="mmv", help="the agent's --prefix (default mmv)")
-    parser.add_argument(
-        "--owners", help="the agent's --owners: only files of these users are served"
-    )
-    parser.add_argument(
-        "--max-size",
-        type=int,
-        default=DEFAULT_MAX_SIZE // (1 << 20),
-        help="the agent's --max-size, in MiB (default 64)",
-    )
+    """The agent's options that decide what it serves, for ``check`` and ``debug``: the
+    agent's own definitions (:func:`~.options.add_serving_options`)."""
+    add_serving_options(parser)
 
 
 def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Options:
@@ -300,4 +343,13 @@ def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Op
         owners = parse_owners(ns.owners)
     except ValueError as e:
         parser.error(str(e))
-    return Options(ns.prefix, owners, ns.max_size << 20)
+    registry = registry_path(ns.registry, ns.domain, var_dir())
+    return Options(
+        ns.prefix,
+        owners,
+        ns.max_size << 20,
+        ns.max_total << 20,
+        registry,
+        ns.registry_cap,
+        ns.domain,
+    )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import inspect
 import os
 import select
 import struct
@@ -27,11 +28,11 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
+import watchdog.events
 from watchdog.events import (
     DirCreatedEvent,
     DirDeletedEvent,
     DirMovedEvent,
-    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -49,12 +50,20 @@ from .filestate import ALL, ignore_reason
 
 Mark = Callable[[str], None]
 
+ATTRIB: Final[type[FileSystemEvent]] = getattr(
+    watchdog.events, "FileAttribEvent", FileModifiedEvent
+)
+"""A change of mode or owner: watchdog >= 4 has its own event; before (Debian 12's 2.2.1) it
+comes as modified, which MMV writers (mmap, no write(2) after creation) rarely cause."""
+EVENT_FILTER: Final = "event_filter" in inspect.signature(BaseObserver.schedule).parameters
+"""watchdog >= 4 filters events itself; before, :class:`_Handler` drops the others."""
+
 CHANGES: Final[list[type[FileSystemEvent]]] = [
     FileCreatedEvent,
     FileMovedEvent,
     FileDeletedEvent,
     FileClosedEvent,  # closed after a write
-    FileAttribEvent,
+    ATTRIB,
     DirCreatedEvent,
     DirMovedEvent,
     DirDeletedEvent,
@@ -173,12 +182,15 @@ class InotifyReader(BaseThread):
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, directory: str, mark: Mark) -> None:
+    def __init__(self, directory: str, mark: Mark, events: list[type[FileSystemEvent]]) -> None:
         self.directory = os.path.realpath(directory)
         self.mark = mark
+        self.events = tuple(events)
         self.lost = False  # the watched directory itself was deleted or moved away
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if type(event) not in self.events:
+            return
         if os.fsdecode(event.src_path) == self.directory and event.event_type in (
             "deleted",
             "moved",
@@ -236,9 +248,12 @@ class Watcher:
             try:
                 observer = factory()
                 observer.daemon = True
-                handler = _Handler(self.directory, self.mark)
                 events = POLLED if mode == "polling" else CHANGES
-                observer.schedule(handler, self.directory, event_filter=events)
+                handler = _Handler(self.directory, self.mark, events)
+                if EVENT_FILTER:
+                    observer.schedule(handler, self.directory, event_filter=events)
+                else:
+                    observer.schedule(handler, self.directory)
                 observer.start()
             except (OSError, RuntimeError):
                 continue

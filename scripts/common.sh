@@ -6,8 +6,6 @@ PATH=/usr/lib/pcp/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 export PATH
 
 VENV="$ROOT/.venv"
-# where the launcher $PCP_PMDAS_DIR/mmv/pmdammv looks for the venv (see its header)
-VENV_RECORD_DIR=/etc/pcp/pmda-mmv
 
 # in every root scripts/matrix builds: no matrix is started inside one (scripts/matrix, .ci/run)
 MATRIX_ROOT_MARKER=/etc/pmda-mmv-matrix-root
@@ -24,7 +22,6 @@ pcp_env() {
     [ -f /etc/pcp.env ] || die "PCP is not installed (no /etc/pcp.env): run scripts/setup"
     unset PCP_ENV_DONE
     . /etc/pcp.env
-    VENV_RECORD_DIR="$PCP_SYSCONF_DIR/pmda-mmv"
     # without systemd as init, PCP's scripts must (re)start pmcd through $PCP_RC_DIR
     if [ ! -d /run/systemd/system ]; then
 	PCP_SYSTEMDUNIT_DIR=/nonexistent-pmda-mmv
@@ -57,12 +54,10 @@ venv_complete() {
 	'import pcp.pmda, watchdog, psutil, pmda_mmv' >/dev/null 2>&1
 }
 
-# name the agent process pmdammv, or pmdapmproxy for the pmproxy variant (see deploy/pmdas/mmv/pmdammv) and record this venv
-# for the launcher
-record_venv() {
+# name the venv's python pmdammv (and pmdapmproxy), as `pmda-mmv install` does: the
+# launcher runs it under that name (see deploy/pmdas/mmv/pmdammv)
+name_venv_python() {
     [ -x "$VENV/bin/python" ] || die "no venv at $VENV: run scripts/setup"
     ln -sfn python "$VENV/bin/pmdammv"
     ln -sfn python "$VENV/bin/pmdapmproxy"
-    mkdir -p -m 755 "$VENV_RECORD_DIR"
-    ln -sfn "$VENV" "$VENV_RECORD_DIR/venv"
 }

@@ -137,18 +137,44 @@ class AgentSpec:
         return self.name if self.pmns_root is None else self.pmns_root
 
 
+def private_registry(mmv_dir: Path, extra: Sequence[str]) -> tuple[str, ...]:
+    """``--registry`` in the test's own directory (beside ``mmv_dir``), unless ``extra``
+    names one: a test never reads or writes the system's identity registry
+    ($PCP_VAR_DIR/config/pmda/70.mmv-identity.json)."""
+    if any(a == "--registry" or a.startswith("--registry=") for a in extra):
+        return ()
+    return ("--registry", str(registry_dir(mmv_dir) / REGISTRY_NAME))
+
+
+REGISTRY_NAME = "mmv-identity.json"
+"""The private agents' identity registry, in ``identity/`` beside their MMV directory."""
+
+
+def registry_dir(mmv_dir: Path) -> Path:
+    """``identity/`` beside ``mmv_dir``, writable by the user the agent runs as (it drops
+    to the PCP user before it saves the registry)."""
+    path = make_dir(Path(mmv_dir).parent / "identity")
+    if os.geteuid() == 0:
+        user = pwd.getpwnam(pcp_config("PCP_USER", "pcp"))
+        os.chown(path, user.pw_uid, user.pw_gid)
+    return path
+
+
 def our_agent(mmv_dir: Path, *extra: str, notready: bool = True) -> AgentSpec:
     """pmda-mmv run by this interpreter: ``python -P -m pmda_mmv pmda -d 70 --dir mmv_dir
-    -l mmv.log [--notready] extra...`` (log in the pmcd's log directory)."""
+    -l mmv.log [--notready] --registry mmv_dir/../mmv-identity.json extra...`` (log in the
+    pmcd's log directory)."""
     argv = [sys.executable, "-P", "-m", "pmda_mmv", "pmda", "-d", str(MMV_DOMAIN)]
     argv += ["--dir", str(mmv_dir), "-l", "mmv.log", *(["--notready"] if notready else [])]
+    argv += private_registry(mmv_dir, extra)
     return AgentSpec("mmv", MMV_DOMAIN, (*argv, *extra), notready=notready)
 
 
 def launcher_agent(mmv_dir: Path, *extra: str) -> AgentSpec:
     """pmda-mmv through ``deploy/pmdas/mmv/pmdammv`` (the line ./Install writes), with
-    ``PMDA_MMV_VENV`` set to this interpreter's venv."""
-    argv = (str(LAUNCHER), "-d", str(MMV_DOMAIN), "--notready", "--dir", str(mmv_dir), *extra)
+    ``PMDA_MMV_VENV`` set to this interpreter's venv (registry as :func:`our_agent`)."""
+    argv = (str(LAUNCHER), "-d", str(MMV_DOMAIN), "--notready", "--dir", str(mmv_dir))
+    argv += (*private_registry(mmv_dir, extra), *extra)
     return AgentSpec("mmv", MMV_DOMAIN, argv, {"PMDA_MMV_VENV": sys.prefix}, notready=True)
 
 

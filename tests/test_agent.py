@@ -139,7 +139,7 @@ def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: P
     pmids = pmcd.run("pminfo", "-m", "mmv.aaa.v", "mmv.bbb.v").stdout
     found = re.findall(r"PMID: (\S+)", pmids)
     assert len(found) == 2 and found[0] == "70.7.1" and found[1] != found[0]
-    assert "cluster 7 already served" in pmcd.agent_log()
+    assert "asked for cluster 7, served to aaa: served as cluster" in pmcd.agent_log()
 
 
 def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_dir: Path) -> None:

@@ -12,6 +12,7 @@ from pmda_mmv import catalogue, nametree
 from pmda_mmv import layout as fmt
 from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
 from pmda_mmv.reader import MmvFile
+from pmda_mmv.registry import Registry
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
@@ -103,7 +104,7 @@ def test_explicit_clusters_honoured_and_never_shared(
     b = cat.add(load(tmp_path, "bbb", simple(cluster=5)))
     assert a is not None and b is not None
     assert a.cluster == 5 and b.cluster not in (0, 5)
-    assert any("cluster 5 already served" in line for line in logged)
+    assert any("asked for cluster 5, served to aaa: served as cluster" in x for x in logged)
 
 
 def test_cluster_zero_gets_lowest_free_not_requested(tmp_path: Path, cat: Catalogue) -> None:
@@ -145,19 +146,17 @@ def test_a_moved_file_keeps_its_cluster_while_the_one_it_yielded_to_restarts(
     assert att is not None and att.cluster == 61
 
 
-def test_departed_names_are_remembered_up_to_a_bound(
-    tmp_path: Path, cat: Catalogue, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_departed_names_are_remembered_up_to_a_bound(tmp_path: Path) -> None:
     # The soak test churns thousands of new names; files named by PID never come back.
-    monkeypatch.setattr(catalogue, "REMEMBERED", 8)
+    cat = Catalogue(registry=Registry(cap=8))
     assert cat.add(load(tmp_path, "stays", simple(cluster=0))) is not None
     for n in range(40):
         assert cat.add(load(tmp_path, f"gone{n}", simple(cluster=0))) is not None
         cat.remove(f"gone{n}")
-    departed = len(cat.last_cluster) - len(cat.files)
-    assert departed <= 8 * 9 // 8 + 1  # pruned at an add, back to 8, then one more left
-    assert "stays" in cat.last_cluster  # present: never forgotten, however old
-    assert "gone39" in cat.last_cluster and "gone0" not in cat.last_cluster  # oldest go first
+    names = {name for name, _ in cat.registry.records}
+    assert len(names) <= 8 * 9 // 8 + 1  # pruned at an add, back to 8, then one more left
+    assert "stays" in names  # present: never forgotten, however old
+    assert "gone39" in names and "gone0" not in names  # oldest go first
 
 
 def test_indom_serials_pack_like_the_reference_and_never_alias(
@@ -343,7 +342,7 @@ def test_a_different_metric_at_a_shared_item_gets_its_own_cluster(
     other.metrics[0].type = fmt.TYPE_U64  # same name and item, another descriptor
     entry = cat.add(load(tmp_path, "odd", other))
     assert entry is not None and entry.cluster != 420
-    assert any("cluster 420 already served" in line for line in logged)
+    assert any("asked for cluster 420, served to" in line for line in logged)
 
 
 def test_files_sharing_a_metric_are_kept_in_name_order_by_binary_search(
@@ -433,9 +432,10 @@ def test_cluster_0_files_get_the_lowest_free_cluster_as_files_come_and_go(tmp_pa
     removed = cat.remove("f1")
     assert removed is not None
     removed.mf.close()
-    assert add("g", {2}) == 6  # 2 is free but asked for by another file of the scan
-    assert add("h") == 2
-    assert add("i") == 7
+    assert add("g", {7}) == 6  # 2 is remembered as f1's; 7 is asked for by another file
+    assert add("h") == 7
+    assert add("f1") == 2  # f1 comes back to its own
+    assert add("i") == 8
 
 
 def test_holder_names_the_file_a_name_lost_to(tmp_path: Path, cat: Catalogue) -> None:

@@ -301,7 +301,8 @@ class OurAgent:
         self.empty = make_dir(base / "empty")
         self.link = base / "current"
         self.link.symlink_to(self.empty)
-        self.pmcd = PrivatePmcd(base / "pmcd", [our_agent(self.link)])
+        # memory only: a fresh agent per case, as each C command is, remembers nothing
+        self.pmcd = PrivatePmcd(base / "pmcd", [our_agent(self.link, "--registry", "none")])
 
     def agents(self) -> list[psutil.Process]:
         """The agent processes pmcd runs now (not zombies)."""
@@ -352,6 +353,7 @@ class Compared:
     ours_probe: dict[str, str]
     requested: set[int]
     sentinel: bool
+    held_pid: bool = False  # a PROCESS file names a live process here (not its writer)
     diffs: list[Diff] = field(default_factory=list)
     window_us: dict[str, float] = field(default_factory=dict)
 
@@ -381,6 +383,18 @@ def headers(mmv_dir: Path) -> list[tuple[int, int]]:
     return out
 
 
+def held_pids(mmv_dir: Path) -> bool:
+    """Whether an MMV_FLAG_PROCESS file of the directory names a live process (1, init, in
+    the corpus's "alive" cases) that is not its writer: every corpus writer has exited."""
+    for path in sorted(mmv_dir.iterdir()):
+        head = path.read_bytes()[: fmt.HEADER_SIZE]
+        if len(head) == fmt.HEADER_SIZE:
+            _, _, _, _, _, flags, pid, _ = fmt.HEADER.unpack(head)
+            if flags & fmt.FLAG_PROCESS and pid > 0 and psutil.pid_exists(pid):
+                return True
+    return False
+
+
 def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
     """Run every command on both sides (C first) and list the differences."""
     c_tree, ours_tree = c.run(case, "pminfo", "mmv"), ours.run("pminfo", "mmv")
@@ -400,6 +414,7 @@ def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
         *(case.name, c_tree, ours_tree, c_info, o_info, c_pmids, o_pmids, c_probe, o_probe),
         requested={cl for cl, _ in hdrs if cl},
         sentinel=any(fl & fmt.FLAG_SENTINEL for _, fl in hdrs),
+        held_pid=held_pids(case / "mmv"),
         window_us=window,
     )
     r.diffs = [
@@ -622,6 +637,34 @@ def refused_names_count(d: Diff, r: Compared) -> bool:
     return int(d.ours[None]) < int(d.c[None]) and refused
 
 
+def process_namespaces(d: Diff, r: Compared) -> bool:
+    """C serves an MMV_FLAG_PROCESS file while ``/proc/<header pid>`` exists in its own
+    namespace (init at 1, in the corpus's "alive" cases, whose writers have all exited).
+    Ours takes for the writer only a process of that innermost PID that has the file mapped,
+    in any PID namespace, never host init (issue 25, docs/containers.md): no such process,
+    no file (``no-writer``), and ``mmv.control.files`` counts it out."""
+    if not r.held_pid:
+        return False
+    if d.field in ("labels", "instance_labels") and d.c is not None and d.ours is not None:
+        # another PID namespace's PID 1 (a container's, on a shared machine) taken for the
+        # writer where the agent (pcp) cannot read its maps: labelled with its container
+        return _container_labelled(d.c, d.ours)
+    if d.name in ("mmv.control.files", "mmv.control.metrics") and d.field == "values":
+        if not isinstance(d.c, dict) or not isinstance(d.ours, dict):
+            return False
+        return int(d.ours[None]) < int(d.c[None])
+    return d.ours in (None, False, "-12357 Unknown metric name") and d.c not in (None, False)
+
+
+def _container_labelled(c: object, ours: object) -> bool:
+    """``ours`` is ``c`` with a ``container`` label added (label sets, or per instance)."""
+    if isinstance(c, dict) and isinstance(ours, dict) and "container" in ours:
+        return {k: v for k, v in ours.items() if k != "container"} == c
+    if isinstance(c, dict) and isinstance(ours, dict) and c.keys() == ours.keys():
+        return all(_container_labelled(c[k], ours[k]) for k in c)
+    return False
+
+
 KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "cluster-alias": cluster_alias,
     "indom-alias": indom_alias,
@@ -636,6 +679,7 @@ KINDS: dict[str, Callable[[Diff, Compared], bool]] = {
     "broken-namespace": broken_namespace,
     "empty-component": empty_component,
     "refused-names-count": refused_names_count,
+    "process-namespaces": process_namespaces,
 }
 """Every allowed difference, by the id docs/differences.md gives it."""
 
@@ -794,6 +838,18 @@ def test_instance_label_truncation(compared: Callable[[str], Compared]) -> None:
     assert r.ours_info["mmv.lab0.per"].instance_labels[(1, "q")]["second"] is None
     corpus = compared("capi-v3-labels").c_info["mmv.labels.lab.multi"].instance_labels
     assert "ins_n" not in corpus[(1, "one")], "the corpus case shows the same loss"
+
+
+def test_process_namespaces(compared: Callable[[str], Compared]) -> None:
+    """Header PID 1 (init, alive) and no writer: C serves the file; ours never takes host
+    init for its writer: not served, or (where another PID namespace's PID 1 runs on this
+    machine, whose maps the agent as pcp cannot read) served labelled with its container."""
+    r = compared("capi-process-live")
+    assert r.held_pid
+    assert [n for n in r.c_info if n.startswith("mmv.proclive.")]
+    ours = [b for n, b in r.ours_info.items() if n.startswith("mmv.proclive.")]
+    assert all(b.labels and "container" in b.labels for b in ours), ours
+    assert {classify(d, r) for d in r.diffs} == {"process-namespaces"}
 
 
 def test_float_sentinel(compared: Callable[[str], Compared]) -> None:

@@ -154,7 +154,8 @@ def test_install_serves_real_files_from_our_agent_and_remove_restores_stock(
         *["mmv", "70", "pipe", "binary", "notready", str(MMVDIR / "pmdammv")],
         *["-d", "70", "--notready", "--status-metrics"],
     ]
-    assert Path("/etc/pcp/pmda-mmv/venv").resolve() == VENV.resolve()
+    # the agent directory names the venv's interpreter: no machine-wide record
+    assert os.readlink(MMVDIR / "pmda-mmv-python") == str(VENV / "bin" / "pmdammv")
     assert_written_values_served(stock.written)
     probe = subprocess.run(["pmprobe", "-v", f"mmv.{FILE}.py.counter"], capture_output=True)
     assert probe.stdout.decode().split()[1:] == [
@@ -232,14 +233,21 @@ def test_launcher_names_what_is_missing(tmp_path: Path, system_site: bool) -> No
     subprocess.run(argv + (["--system-site-packages"] if system_site else []), check=True)
     done = check_python(venv)
     assert done.returncode == 1
-    assert (
-        "pmda_mmv.pmda:" in done.stderr and "watchdog:" in done.stderr and "psutil:" in done.stderr
-    )
-    # python3-pcp comes only through the system site-packages
-    assert ("pcp.pmda:" in done.stderr) is not system_site
+    assert "pmda_mmv.pmda:" in done.stderr
+    # python3-pcp comes only through the system site-packages, and so do watchdog and
+    # psutil where Debian's python3-watchdog and python3-psutil are installed
+    for module in ("pcp.pmda", "watchdog", "psutil"):
+        found = system_site and system_imports(module)
+        assert (f"{module}:" in done.stderr) is not found, (module, done.stderr)
 
 
-def test_launcher_without_a_recorded_venv_says_what_to_do(tmp_path: Path) -> None:
+def system_imports(module: str) -> bool:
+    """Whether Debian's python3 imports ``module`` from the system's site-packages."""
+    argv = ["/usr/bin/python3", "-c", f"import {module}"]
+    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+
+
+def test_launcher_without_an_installed_interpreter_says_what_to_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PMDA_MMV_VENV"}
     done = subprocess.run(
         [LAUNCHER, "-d", "70"],
@@ -249,4 +257,92 @@ def test_launcher_without_a_recorded_venv_says_what_to_do(tmp_path: Path) -> Non
         timeout=60,
     )
     assert done.returncode == 1
-    assert "run scripts/setup" in done.stderr
+    assert "pmda-mmv-python is missing" in done.stderr
+    assert "run 'pmda-mmv install'" in done.stderr
+
+
+# -- a wheel in a fresh venv, no checkout ------------------------------------------------------
+
+
+def build_wheel(into: Path) -> Path:
+    """The project's wheel, built from the checkout with the test venv's setuptools."""
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip, "-w", str(into), str(CHECKOUT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = into.glob("pmda_mmv-*.whl")
+    return wheel
+
+
+@pytest.mark.system_pmcd
+def test_wheel_in_a_fresh_venv_installs_serves_and_removes(stock: Stock) -> None:
+    """The README's pip way: python3 -m venv --system-site-packages V, V/bin/pip install the
+    wheel (watchdog and psutil come from Debian through the system site-packages, offline),
+    V/bin/pmda-mmv install; the agent runs from V with no checkout on any path."""
+    work = Path(tempfile.mkdtemp(prefix="pmda-mmv-wheel-"))
+    try:
+        wheel = build_wheel(work / "dist")
+        venv = work / "V"
+        subprocess.run(
+            ["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True
+        )
+        sh(venv / "bin" / "pip", "install", "-q", "--no-index", str(wheel), cwd=work)
+        # the wheel carries the agent's directory and the man page
+        agent = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        agent = agent / "site-packages" / "pmda_mmv" / "agent"
+        assert sorted(p.name for p in agent.iterdir()) == sorted(
+            ["Install", "Remove", "domain.h", "pmdammv", "root_mmv"]
+        )
+        assert (venv / "share" / "man" / "man1" / "pmda-mmv.1").is_file()
+
+        env = {"PMDA_MMV_OPTIONS": "", "PYTHONPATH": "", "PMDA_MMV_VENV": ""}
+        out = sh(venv / "bin" / "pmda-mmv", "install", cwd=work, **env)
+        assert "pmda-mmv is installed" in out
+        assert mmv_line() == [
+            *["mmv", "70", "pipe", "binary", "notready", str(MMVDIR / "pmdammv")],
+            *["-d", "70", "--notready"],
+        ]
+        assert os.readlink(MMVDIR / "pmda-mmv-python") == str(venv / "bin" / "pmdammv")
+        (process,) = our_agents()
+        assert process.cmdline()[0] == str(venv / "bin" / "pmdammv")
+        # served from the wheel's copy, not from this checkout
+        files = {Path(f.path) for f in process.open_files()} | {
+            Path(m.path) for m in process.memory_maps() if m.path.startswith("/")
+        }
+        assert not any(CHECKOUT in p.parents for p in files)
+        assert_written_values_served(stock.written)
+        pmval = subprocess.run(
+            ["pmval", "-r", "-s", "1", f"mmv.{FILE}.py.counter"], capture_output=True, text=True
+        )
+        assert str(stock.written.values[("py.counter", None)]) in pmval.stdout, pmval.stdout
+
+        out = sh(venv / "bin" / "pmda-mmv", "remove", cwd=work, **env)
+        assert "pmda-mmv is removed" in out
+        assert mmv_line() == stock.line
+        assert pmda_dir() == stock.files
+        assert our_agents() == []
+        assert_written_values_served(stock.written)  # the stock C agent again
+    finally:
+        shutil.rmtree(work)
+
+
+def test_install_and_remove_refuse_without_root_and_bad_options(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Usage errors exit 2 before anything changes; install's agent options are checked as
+    the agent will read them; a user other than root is refused (exit 1) before anything
+    is looked at (in-process: the checkout may be in a directory other users cannot read)."""
+    pmda_mmv = [sys.executable, "-m", "pmda_mmv"]
+    bad = subprocess.run([*pmda_mmv, "install", "--max-size", "x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--max-size" in bad.stderr
+    extra = subprocess.run([*pmda_mmv, "remove", "extra"], capture_output=True, text=True)
+    assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr
+    from pmda_mmv import install
+
+    monkeypatch.setattr(os, "geteuid", lambda: 65534)
+    for command, argv in (("install", []), ("install", ["--refresh"]), ("remove", [])):
+        assert install.main(command, argv) == 1
+        assert "must be run as root" in capsys.readouterr().err

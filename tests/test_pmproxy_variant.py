@@ -43,6 +43,7 @@ def pmproxy_agent() -> AgentSpec:
     (directory: the default, ``$PCP_TMP_DIR/pmproxy`` of pmcd's environment)."""
     argv: tuple[str, ...] = (sys.executable, "-P", "-m", "pmda_mmv", "pmda")
     argv += ("--prefix", "pmproxy", "-d", str(PMPROXY_DOMAIN), "-l", "pmproxy.log", "--notready")
+    argv += ("--registry", "none")  # never the system's registry (4.mmv-identity.json)
     return AgentSpec("pmproxy", PMPROXY_DOMAIN, argv, notready=True)
 
 
@@ -188,7 +189,9 @@ def test_program_name_pmdapmproxy_selects_the_variant(proxied: Proxied, target: 
     binary = c_daemon() if target == "c" else LAUNCHER
     link = program_named_pmdapmproxy(binary, proxied.base / f"bin-{target}")
     env = {"PMDA_MMV_VENV": sys.prefix} if target == "ours" else {}
-    agent = AgentSpec("pmproxy", PMPROXY_DOMAIN, (str(link),), env)
+    # ours: no option but --registry none (never the system's 4.mmv-identity.json)
+    extra = ("--registry", "none") if target == "ours" else ()
+    agent = AgentSpec("pmproxy", PMPROXY_DOMAIN, (str(link), *extra), env)
     pmcd = PrivatePmcd(proxied.base / f"pmcd-{target}", [agent], timeout=10)
     pmcd.tmp_dir = proxied.pmcd.tmp_dir  # the PCP_TMP_DIR pmproxy writes into
     with pmcd:

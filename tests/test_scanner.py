@@ -12,11 +12,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import catalogue
+from pmda_mmv import catalogue, loader
 from pmda_mmv import layout as fmt
 from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
 from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
-from pmda_mmv.filestate import EXITED, NOT_READY, NOT_READY_GRACE, OK, PARTIAL, PENDING, REFUSED
+from pmda_mmv.filestate import (
+    EXITED,
+    NO_WRITER,
+    NOT_READY,
+    NOT_READY_GRACE,
+    OK,
+    PARTIAL,
+    PENDING,
+    REFUSED,
+)
 from pmda_mmv.scanner import Scanner
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, dead_pid, publish, sample
 from tests.mmvbuild import single as one
@@ -338,20 +347,32 @@ def test_directory_removed_and_recreated(tmp_path: Path) -> None:
     assert d.refresh() == ([], ["b"])
 
 
+NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
+
+
 @pytest.mark.parametrize(
-    ("pid", "served"),
-    [(os.getpid(), True), (0, True), (1, True), (dead_pid(), False), (-1, False)],
-    ids=["live", "pid0-unchecked", "init", "dead", "negative"],
+    ("pid", "served", "why"),
+    [
+        (os.getpid(), True, ""),  # this process: the scanner in it has the file open
+        (0, True, ""),
+        # init: alive, but not the file's writer (issue 25)
+        (1, False, NOT_FOUND.format(1) + ": PID 1 here "),
+        (2, False, NOT_FOUND.format(2) + ": PID 2 here is a kernel thread"),  # kthreadd
+        (dead_pid(), False, "not found in this PID namespace or any other"),
+        (-1, False, "writer PID -1 is not a process ID"),
+    ],
+    ids=["live", "pid0-unchecked", "init", "kthreadd", "dead", "negative"],
 )
-def test_process_flag(d: Dir, pid: int, served: bool) -> None:
+def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
     b = one(flags=fmt.FLAG_PROCESS, process=pid)
     b.generation = int(time.time()) << 32
     b.write(d.path / "p")
     d.refresh()
     assert (d.state("p") == OK) is served
     if not served:
-        assert d.state("p") == EXITED
-        assert "header.process at offset 32" in d.scanner.states["p"].last_problem
+        assert d.state("p") == NO_WRITER  # not exited: no writer was ever seen
+        problem = d.scanner.states["p"].last_problem
+        assert "header.process at offset 32: " in problem and why in problem, problem
 
 
 def test_process_flag_pid_reuse_detected(d: Dir) -> None:
@@ -361,15 +382,57 @@ def test_process_flag_pid_reuse_detected(d: Dir) -> None:
     b.generation = int(started - 3600) << 32
     b.write(d.path / "p")
     d.refresh()
-    assert d.state("p") == EXITED
+    assert d.state("p") == NO_WRITER
+    why = f"PID {os.getpid()} belongs to a process started after this file: PID reused"
+    assert why in d.scanner.states["p"].last_problem
 
 
-def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
+MAPPER = """
+import mmap, sys
+maps = []
+for line in sys.stdin:
+    with open(line.strip(), "rb") as f:
+        maps.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
+    print("ready", flush=True)
+"""
+
+
+def mapper() -> subprocess.Popen[str]:
+    """A process that maps each file whose path it reads (a writer, to the agent)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", MAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def mapped(child: subprocess.Popen[str], path: Path) -> None:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(f"{path}\n")
+    child.stdin.flush()
+    assert child.stdout.readline() == "ready\n"
+
+
+def test_a_live_process_that_does_not_map_the_file_is_not_its_writer(d: Dir) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
         b.generation = int(time.time()) << 32
         b.write(d.path / "p")
+        d.refresh()
+        assert d.state("p") == NO_WRITER
+        why = f"PID {child.pid} here does not have this file mapped or open"
+        assert why in d.scanner.states["p"].last_problem
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
+    child = mapper()
+    try:
+        b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
+        b.generation = int(time.time()) << 32
+        b.write(d.path / "p")
+        mapped(child, d.path / "p")
         d.refresh()
         assert d.state("p") == OK
     finally:
@@ -377,6 +440,8 @@ def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
         child.wait()
     assert d.refresh() == (["p"], [])
     assert d.state("p") == EXITED
+    why = f"header.process at offset 32: writer process {child.pid} has exited"
+    assert why in d.scanner.states["p"].last_problem
 
 
 def test_watcher_marks_are_applied(d: Dir) -> None:
@@ -469,9 +534,10 @@ def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) 
     assert d.scanner.catalogue.files[last].cluster == 8  # t0007's (cluster 0 is the agent's)
 
 
-def test_indom_left_out_for_want_of_a_serial_is_served_when_one_frees_up(d: Dir) -> None:
-    # A file (cluster 2048, where C's number is the serial itself) holding the victim's C
-    # number and every number its search for one of its own would try.
+def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
+    # Issue 28 #7: a file (cluster 2048, where C's number is the serial itself) holding the
+    # victim's C number and every number its search from its derived one tries: it was
+    # refused ("no free PCP indom serial") while millions of numbers were free.
     victim = MmvBuilder(cluster=3, version=2)
     victim.indoms.append(Indom(1, [Instance(0, "only")]))
     victim.metrics.append(Metric("m", 1, indom=1))
@@ -484,14 +550,16 @@ def test_indom_left_out_for_want_of_a_serial_is_served_when_one_frees_up(d: Dir)
     d.refresh()
     victim.write(d.path / "victim")
     d.refresh()
-    # none of its metrics can be served: refused (issue 13), with the reason, and retried
-    assert d.state("victim") == REFUSED and "victim" not in d.scanner.catalogue.files
-    assert any("no free PCP indom serial" in p for p in d.scanner.states["victim"].problems)
-    assert "its indom was not served" in d.scanner.states["victim"].last_problem
+    assert d.state("victim") == OK
+    serial = d.scanner.catalogue.files["victim"].indoms[1].serial
+    assert serial not in numbers and serial not in d.scanner.catalogue.indom_sources.keys() - {
+        serial
+    }
     os.unlink(d.path / "squat")
     d.refresh()
-    assert d.state("victim") == OK
-    assert d.scanner.catalogue.files["victim"].indoms[1].serial == (3 << 11) | 1
+    victim.write(d.path / "victim")  # rewritten: it keeps its number (the registry's)
+    d.refresh()
+    assert d.scanner.catalogue.files["victim"].indoms[1].serial == serial
 
 
 @pytest.fixture(params=[True, False], ids=["pidfd", "psutil"])
@@ -499,8 +567,8 @@ def pidfd(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
 
 
-def sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+def sleeper() -> subprocess.Popen[str]:
+    return mapper()
 
 
 def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, pidfd: bool) -> None:
@@ -512,6 +580,7 @@ def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, p
             b = one(cluster=k + 1, flags=fmt.FLAG_PROCESS, process=child.pid)
             b.generation = int(time.time()) << 32
             b.write(tmp_path / f"p{k}")
+            mapped(child, tmp_path / f"p{k}")
         d.refresh()  # the first refresh always checks every served file
         assert d.served() == {"p0", "p1", "p2"}
         children[0].kill()
@@ -543,8 +612,9 @@ def test_pid_reuse_detected_for_plain_seconds_generations(d: Dir) -> None:
             b = one(cluster=len(name), flags=fmt.FLAG_PROCESS, process=child.pid)
             b.generation = generation
             b.write(d.path / name)
+            mapped(child, d.path / name)
         d.refresh()
-        assert d.state("stale") == EXITED and d.state("fresh") == OK
+        assert d.state("stale") == NO_WRITER and d.state("fresh") == OK
     finally:
         child.kill()
         child.wait()
@@ -814,3 +884,34 @@ def test_refused_entries_count_toward_the_request_budget(tmp_path: Path) -> None
         states = [s.state for s in scanner.states.values()]
         assert states.count(REFUSED) == looked and states.count(PENDING) == 5 - looked
     assert all("magic" in s.last_problem for s in scanner.states.values())
+
+
+def test_unexpected_error_loading_one_file_refuses_it_and_serves_the_others(
+    d: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect met while loading one file (here the reader raising an exception nothing
+    expects) is that file's problem: the files beside it are served by the same refresh,
+    the file is refused with the exception named, and loaded again once its stat changes
+    (issue 21: a ModuleNotFoundError at the first PROCESS file ended every refresh)."""
+    real_open = loader.MmvFile.open
+
+    def faulty_open(path: str, **kwargs: object) -> loader.MmvFile:
+        if os.path.basename(path) == "b":
+            raise KeyError("a defect")
+        return real_open(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loader.MmvFile, "open", staticmethod(faulty_open))
+    for name, cluster in (("a", 1), ("b", 2), ("c", 3)):
+        one(cluster=cluster).write(d.path / name)
+    assert d.refresh() == ([], ["a", "c"])
+    assert d.state("b") == REFUSED
+    why = d.scanner.states["b"].last_problem
+    assert (
+        why == f"{d.path / 'b'}: unexpected error while loading (KeyError: 'a defect'), not served"
+    )
+    assert d.logged.count(why) == 1
+    assert d.refresh() == ([], [])  # not retried while the file stays as it is
+    monkeypatch.setattr(loader.MmvFile, "open", staticmethod(real_open))
+    publish(d.path / "b", one(cluster=2, value=5))  # a new inode: its stat changed
+    assert d.refresh() == ([], ["b"])
+    assert d.state("b") == OK

@@ -13,6 +13,7 @@ even list it.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -31,7 +32,10 @@ from tests.writers import reference
 DATA = Path(__file__).parent / "data"
 UID = os.getuid()
 OPTIONS = ("--owners", str(UID))  # the agent's options, given to check too
-PMCD_STATES = ("ok", "partial", "not-ready", "refused", "exited")
+PMCD_STATES = ("ok", "partial", "not-ready", "refused", "no-writer")
+"""The states a file loaded once can have (``exited``: only a writer followed, then gone,
+tests/test_containers.py and tests/test_hardening.py)."""
+WRITERS: list[mmap.mmap] = []  # this process, the writer of proc_live: its mapping of it
 
 
 def _single(name: str, *, cluster: int, flags: int = 0, mtype: int = fmt.TYPE_U32) -> MmvBuilder:
@@ -68,6 +72,8 @@ def crafted(d: Path) -> None:
     live = sample()
     live.flags, live.process = fmt.FLAG_PROCESS, os.getpid()
     live.write(d / "proc_live")
+    with open(d / "proc_live", "rb") as f:  # a live writer maps its file (issue 25)
+        WRITERS.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
     clash = _single("a.b", cluster=31)
     clash.metrics.append(Metric("a.b.c", 2))
     clash.values.append(Value("a.b.c", None, 4))

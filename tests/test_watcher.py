@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -67,3 +68,54 @@ def test_missing_directory_then_created_then_recreated(tmp_path: Path) -> None:
         assert marks.wait_for("again")
     finally:
         watcher.stop()
+
+
+SYSTEM_WATCHER = r"""
+import os, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import watchdog.version
+from pmda_mmv.watcher import Watcher
+directory = sys.argv[2]
+names, seen = set(), {}
+def mark(name):
+    names.add(name)
+    seen.setdefault(name, threading.Event()).set()
+def wait(name):
+    return seen.setdefault(name, threading.Event()).wait(10)
+w = Watcher(directory, mark)
+w.ensure()
+print(watchdog.version.VERSION_STRING, w.mode)
+path = os.path.join(directory, "app")
+with open(path, "wb"):
+    pass
+assert wait("app"), names
+time.sleep(0.5)
+names.clear(); seen.clear()
+os.chmod(path, 0o600)
+assert wait("app"), "chmod not marked"
+time.sleep(0.5)
+names.clear()
+with open(path, "rb"):
+    pass
+time.sleep(1)
+w.stop()
+print("ok", sorted(names))
+"""
+
+
+def test_the_watcher_works_with_the_systems_watchdog(tmp_path: Path) -> None:
+    """The Debian package runs the agent with Debian's python3-watchdog (2.2.1 on Debian 12:
+    no FileAttribEvent, no event_filter), not the venv's: a created and a chmodded file is
+    marked, an open is not."""
+    from tests.pmcd import CHECKOUT
+
+    done = subprocess.run(
+        ["/usr/bin/python3", "-P", "-c", SYSTEM_WATCHER, str(CHECKOUT), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    version, mode, ok, names = done.stdout.strip().split(maxsplit=3)
+    assert mode == "inotify" and ok == "ok"
+    assert names == "[]", (version, names)
