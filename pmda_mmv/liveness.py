@@ -545,6 +545,11 @@ class Writers:
                 self.pidfd = False
             return -1
 
+    @property
+    def watched(self) -> int:
+        """Pidfds held for served files' writers (descriptors: fdlimit.py)."""
+        return len(self._names)
+
     def watch(self, name: str, writer: Writer) -> None:
         """Report ``name`` from :meth:`exited` once ``writer`` exits (psutil: never)."""
         if writer.fd >= 0:

@@ -17,8 +17,11 @@ symlink to a file beside it is still served under its own name.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
+from typing import Final
 
+from . import fdlimit
 from . import layout as fmt
 from .backoff import Backoff
 from .catalogue import Catalogue, FileEntry, Log, remember
@@ -41,6 +44,10 @@ from .reader import MmvFile
 from .rules import printable, with_labels
 
 Inode = tuple[int, int]
+
+LOAD_RATE: Final = 100e6
+"""Bytes a second a load is assumed to take before one was measured (about 200 MB/s for
+files of 1M values on the 2-core test machine)."""
 
 
 class Loader:
@@ -74,6 +81,10 @@ class Loader:
         self.clock = clock
         self.states: dict[str, FileState] = {}
         self.max_total = max_total
+        self.max_files = fdlimit.max_files()  # descriptors of served files and pidfds
+        self.max_names = 1 << 62  # metric names of the served files (the scanner's option)
+        self._names = 0  # metric entries of the served files
+        self._opening = 0  # files one _consider opened that were not served before
         self._total = 0  # bytes of the served files
         self._loading = 0  # bytes of the files one _consider opened, not served yet
         self._released = 0  # files unserved so far (a refusal for max_total may now pass)
@@ -88,6 +99,9 @@ class Loader:
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._writers = Writers(pidfd, clock=clock)
         self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
+        self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: _consider)
+        self.skip_bytes: int | None = None  # _consider leaves files this big for later
+        self.skipped: list[str] = []  # the names _consider left for later (skip_bytes)
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
@@ -106,6 +120,7 @@ class Loader:
         state.entry = None
         _count(self._asked, entry.mf.header.cluster, -1)
         self._total -= entry.mf.size
+        self._names -= len(entry.metrics)
         self._released += 1
         self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
@@ -138,6 +153,7 @@ class Loader:
         opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
         stop: str | None = None
         loading: dict[Inode, str] = {}
+        self.skipped = []
         for i, name in enumerate(names):
             if deadline is not None and i and self.clock() >= deadline:
                 stop = name
@@ -156,15 +172,21 @@ class Loader:
             if state is None:
                 state = self.states[name] = FileState(name, self._instance(name))
                 changes.states = True
+            if self._heavy(state, lst):
+                self.skipped.append(name)
+                continue
+            started = self.clock()
             try:
                 loaded = self._load(state, path, lst, (loading, deadline), changes)
             except Exception as e:  # one file's fault never ends the scan
                 self._unexpected(state, path, e, changes)
                 continue
             if loaded is not None:
+                self._measure(loaded[0].size, self.clock() - started)
                 opened.append((state, *loaded))
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
-        self._loading = 0
+                self._opening += state.entry is None
+        self._loading = self._opening = 0
         requested = {c for c, n in self._asked.items() if n}
         requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
@@ -173,6 +195,26 @@ class Loader:
             wants = (requested - {mf.header.cluster}, wanted)
             self._serve(state, mf, (writer, inode), wants, changes)
         return changes, stop
+
+    def _heavy(self, state: FileState, lst: os.stat_result | OSError) -> bool:
+        """Whether ``state`` is a file to leave for later in this pass: at least
+        skip_bytes big (through a symlink: its target's size) but not past max_size (that
+        refusal costs nothing), its stat changed."""
+        if self.skip_bytes is None or isinstance(lst, OSError):
+            return False
+        size = lst.st_size
+        if stat.S_ISLNK(lst.st_mode):
+            try:
+                size = os.stat(self._prefix + state.name).st_size
+            except OSError:
+                return False
+        key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns)
+        return self.skip_bytes <= size <= self.max_size and key != state.key
+
+    def _measure(self, size: int, seconds: float) -> None:
+        """Learn the load rate from a load of ``size`` bytes (files of 64 KiB or more)."""
+        if size >= 1 << 16 and seconds > 0:
+            self.load_rate = 0.7 * self.load_rate + 0.3 * (size / seconds)
 
     def _instance(self, name: str) -> int:
         """The status instance id of ``name``: kept while remembered, never reused."""
@@ -219,11 +261,13 @@ class Loader:
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key == state.key:
             return None
+        if self._unchanged(state, key):
+            return None
         state.key = key
         inode = None if target is not path else (st.st_dev, st.st_ino)
         if inode is not None and self._linked(state, path, inode, loading, changes):
             return None
-        if self._over_total(state, path, st, changes):
+        if self._over_total(state, path, st, changes) or self._over_files(state, path, changes):
             return None
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
@@ -259,6 +303,20 @@ class Loader:
             loading[inode] = state.name
         return mf, writer, inode
 
+    def _unchanged(self, state: FileState, key: tuple[int, ...]) -> bool:
+        """A served file whose writer only wrote values (same inode and size, its mtime
+        moved: a mapping's writes move it) and whose generation pair is the one loaded
+        is not loaded again: its entry, tables and snapshot stay (``key`` kept)."""
+        entry = state.entry
+        if entry is None or state.key is None or state.key[:3] != key[:3]:
+            return False
+        try:
+            entry.mf.check_generation()
+        except MmvError:
+            return False
+        state.key = key
+        return True
+
     def _linked(
         self,
         state: FileState,
@@ -293,6 +351,22 @@ class Loader:
         self._starved.add(state.name)  # retried when a file leaves
         return True
 
+    def _over_files(self, state: FileState, path: str, changes: Changes) -> bool:
+        """Refuse ``state`` when serving it (its descriptor and maybe a pidfd) would take
+        the served files' descriptors past max_files (fdlimit.py), retried when a file
+        leaves."""
+        served = len(self.catalogue.files)
+        used = served + self._writers.watched + 2 * self._opening  # a file and its pidfd
+        if state.entry is not None or used + 2 <= self.max_files:
+            return False
+        why = (
+            f"{path}: file: {served} files served, the most the descriptor limit "
+            "allows (RLIMIT_NOFILE), file not served"
+        )
+        self._set(state, REFUSED, why, changes)
+        self._starved.add(state.name)  # retried when a file leaves
+        return True
+
     def _serve(
         self,
         state: FileState,
@@ -307,6 +381,16 @@ class Loader:
         writer, inode = found
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
+        if self._names + len(mf.metrics) > self.max_names:
+            _close(mf, writer)
+            self._requeue_links(inode)
+            why = (
+                f"{mf.path}: metrics: {len(mf.metrics)} names: the served files would have "
+                f"more than {self.max_names} (--max-names), file not served"
+            )
+            self._set(state, REFUSED, why, changes)
+            self._starved.add(state.name)  # retried when a file leaves
+            return
         entry = self.catalogue.add(mf, *wants)
         if entry is None:
             _close(mf, writer)
@@ -323,6 +407,7 @@ class Loader:
         state.error = None
         _count(self._asked, mf.header.cluster, 1)
         self._total += mf.size
+        self._names += len(entry.metrics)
         if inode is not None:  # not through a symlink
             state.inode = inode
             self._inodes[inode] = state.name

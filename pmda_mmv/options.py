@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import registry as identity
 from .reader import DEFAULT_MAX_SIZE
-from .scanner import MAX_TOTAL, parse_owners
+from .scanner import MAX_NAMES, MAX_TOTAL, parse_owners
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Options:
     max_size: int = DEFAULT_MAX_SIZE
     pmid_hash_reset: bool = True
     max_total: int = MAX_TOTAL
+    max_names: int = MAX_NAMES
     registry: str | None = None  # None: the default path; "" or "none": memory only
     registry_cap: int = identity.CAP
 
@@ -104,6 +105,12 @@ def parser() -> argparse.ArgumentParser:
     )
     add_serving_options(p)
     p.add_argument(
+        "--max-names",
+        type=int,
+        default=MAX_NAMES,
+        help=f"most metric names of all served files together (default {MAX_NAMES})",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -133,6 +140,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         max_size=a.max_size << 20,
         pmid_hash_reset=a.pmid_hash_reset,
         max_total=a.max_total << 20,
+        max_names=a.max_names,
         registry=a.registry,
         registry_cap=a.registry_cap,
     )

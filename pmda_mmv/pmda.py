@@ -22,7 +22,7 @@ import psutil  # noqa: F401 -- imported as root before set_user: see liveness
 from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaMetric
 
-from . import control, pcpcompat, serving
+from . import control, fdlimit, pcpcompat, serving
 from . import layout as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from .control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
@@ -31,7 +31,7 @@ from .options import Options, parse_args, registry_path
 from .ratelimit import LogLimit
 from .registry import Registry
 from .rules import printable
-from .scanner import Changes, Scanner
+from .scanner import STARTUP_BUDGET, Changes, Scanner
 from .serving import Serving
 from .watcher import Watcher
 
@@ -69,6 +69,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             owners=opts.owners,
             max_size=opts.max_size,
             max_total=opts.max_total,
+            max_names=opts.max_names,
             log=self.file_log,
             info=self.file_log.info,
         )
@@ -110,8 +111,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if self.pmid_hash.problem:
             self.log_line(self.pmid_hash.problem)
         self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
-        # pmcd waits for a notready agent's first scan: it is not bounded then
-        self._guard(self.refresh_metrics, None)(True, not self.opts.notready)
+        # pmcd waits for a notready agent's first scan, answering "Try again": bounded too
+        self._guard(self.refresh_metrics, None)(True, True, STARTUP_BUDGET)
         if self.opts.notready:
             self.pmda_ready()
         self.run()
@@ -188,11 +189,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     # -- applying scanner changes
 
-    def refresh_metrics(self, force: bool = False, bounded: bool = True) -> None:
+    def refresh_metrics(
+        self, force: bool = False, bounded: bool = True, budget: float | None = None
+    ) -> None:
         """Start of every request: bring the served tables up to date, within the
-        scanner's budget when ``bounded``."""
+        scanner's budget (or ``budget`` seconds) when ``bounded``."""
         rescans = self.scanner.rescans
-        changes = self.scanner.refresh(force, bounded)
+        changes = self.scanner.refresh(force, bounded, budget)
         taken = self.held.take(changes, self.scanner.queued, time.monotonic())
         if taken is not None:
             self.apply(taken)
@@ -272,8 +275,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.model.snapshot_cluster(cluster, self.reload_changed)
 
     def reload_changed(self, entry: FileEntry, error: Changed) -> None:
+        """A served file changed underneath a fetch: reloaded now within the request's
+        budget, else by the next requests (no values from it in this fetch)."""
         self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
-        self.apply(self.scanner.reload(entry.name))
+        changes = self.scanner.reload(entry.name)
+        if changes is not None:
+            self.apply(changes)
 
     # -- store
 
@@ -311,6 +318,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 def main(argv: Sequence[str]) -> int:
     """``pmda-mmv pmda``: run the agent until pmcd closes the pipe."""
     opts = parse_args(argv)
+    fdlimit.raise_soft_limit()  # before the scanner sizes its bounds from it
     if opts.debug:
         os.environ["PCP_PYTHON_DEBUG"] = opts.debug
     MmvPMDA(opts).serve()

@@ -8,7 +8,8 @@ the others are counted, and the count is logged as one line once the window has 
 Each line has a level: ``limit(line)`` goes to ``sink`` (errors: refusals, faults),
 ``limit.info(line)`` to ``info`` (benign events), both counted against the same limits.  A
 file rewritten in a loop, a file of a million bad entries, or ten thousand bad files,
-therefore cost a bounded number of log lines per minute.
+therefore cost a bounded number of log lines per minute: ``total`` lines, per-file counts
+included (past it a file's count goes into the total's), plus the total's one count.
 """
 
 from __future__ import annotations
@@ -108,9 +109,14 @@ class LogLimit:
             if now - w.start < self.window:
                 return
             del self.files[path]
-            if w.suppressed:
-                self.sink(
-                    f"{path}: {w.suppressed} more log lines about this file suppressed "
-                    f"(at most {self.per_cause} per cause and {self.per_file} per file "
-                    f"every {self.window:g} s)"
-                )
+            if not w.suppressed:
+                continue
+            if self.all.lines >= self.total:  # the total's one line counts them instead
+                self.all.suppressed += w.suppressed
+                continue
+            self.all.lines += 1
+            self.sink(
+                f"{path}: {w.suppressed} more log lines about this file suppressed "
+                f"(at most {self.per_cause} per cause and {self.per_file} per file "
+                f"every {self.window:g} s)"
+            )

@@ -102,10 +102,10 @@ def with_labels(labels: str, extra: dict[str, str]) -> str:
 def label_set_problem(labels: Iterable[Label]) -> str | None:
     """Why libpcp would reject the label set(s) these labels merge into, or None: as many
     labels as PM_MAXLABELS or more (``__pmAddLabels``: "Argument list too long"), where a
-    map's names count and the map itself does not (found with pminfo against PCP 6.0.3:
-    254 names pass, flat or in one map; 255 fail).  libpcp's JSON length limit
-    (PM_MAXLABELJSONLEN, 65535) cannot be reached first: a name costs at most its 244-byte
-    payload, and 254 of them take under 62,000 bytes."""
+    map's names count and the map itself does not, an empty map counts as one (found with
+    pminfo against PCP 6.0.3: 254 names pass, flat or in one map; 255 fail).  libpcp's
+    JSON length limit (PM_MAXLABELJSONLEN, 65535) cannot be reached first: a name costs at
+    most its 244-byte payload, and 254 of them take under 62,000 bytes."""
     labels = list(labels)
     if sum(len(lb.payload) for lb in labels) < _MIN_LABEL_TEXT * fmt.PM_MAXLABELS:
         return None  # too little text to hold that many labels: not parsed again
@@ -122,7 +122,9 @@ brace (a payload of ``n`` labels is at least ``6 * n + 1`` characters long)."""
 
 
 def _label_count(obj: dict[str, object]) -> int:
-    return sum(_label_count(v) if isinstance(v, dict) else 1 for v in obj.values())
+    """Labels libpcp counts in a merged set: every name whose value is not a map, and every
+    empty map (``{"e":{}}`` is one label to libpcp, issue 28)."""
+    return sum((_label_count(v) or 1) if isinstance(v, dict) else 1 for v in obj.values())
 
 
 def _deep_update(target: dict[str, object], new: dict[str, object]) -> None:

@@ -16,11 +16,13 @@ included); the names not reached stay queued, in order, state PENDING, and the n
 requests go on with them.  A listing queues the new names first (a new file is served at
 the next request however many are known), then the known ones (one renamed over has a
 new stat).  A forced refresh (the first scan of an agent pmcd started with
-``notready``, ``pmda-mmv debug``) is not bounded.
+``pmda-mmv debug``) is not bounded; the first scan of the agent is, by STARTUP_BUDGET.
+A reload a fetch finds (a served file given a new generation) loads at once only while
+the request's budget lasts, else it is queued as any other.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
 is retried when the catalogue frees one (in name order, until one is still refused); a file
-refused past ``max_total`` when a served file leaves.
+refused past ``max_total`` or ``max_names`` when a served file leaves.
 
 Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
 is followed only to a regular file inside the same directory; ``owners``; files larger than
@@ -56,12 +58,19 @@ from .loader import Loader
 from .reader import DEFAULT_MAX_SIZE
 
 MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
+MAX_NAMES: Final = 500_000
+"""Metric names of all served files together (--max-names): about 0.8 GB of the agent at
+1.6 KB a name (issue 28; the C agent has no bound and was dropped at 1M names)."""
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
 CLOSE_BUDGET: Final = 256
 """Descriptors of unserved files one request closes at least (then more within the
 budget)."""
+STARTUP_BUDGET: Final = 1.0
+"""Seconds the first scan spends loading files before the agent reports ready (pmcd sends
+nothing to a ``notready`` agent meanwhile, and answers its clients "Try again"): what is
+left loads within the budget of the next requests."""
 MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
@@ -84,6 +93,7 @@ class Scanner(Loader):
         pidfd: bool = True,
         budget: float | None = BUDGET,
         max_total: int = MAX_TOTAL,
+        max_names: int = MAX_NAMES,
         info: Log | None = None,
     ) -> None:
         super().__init__(
@@ -98,10 +108,12 @@ class Scanner(Loader):
             max_total=max_total,
             info=info,
         )
+        self.max_names = max_names
         self.check_interval = check_interval
         self.budget = budget
         self.reload_requested = False
         self.rescans = 0
+        self.deadline: float | None = None  # this request's end of budget (None: unbounded)
         self._dir_key: tuple[int, ...] | None = None
         self._dir_error: str | None = None
         self._list_error: str | None = None
@@ -111,6 +123,7 @@ class Scanner(Loader):
         self._freed = 0  # catalogue.freed when the starved files were last retried
         self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
+        self._heavy_turn = False  # this request, heavy files are not left for later
 
     # -- queries
 
@@ -150,9 +163,13 @@ class Scanner(Loader):
 
     # -- the per-request check
 
-    def refresh(self, force: bool = False, bounded: bool | None = None) -> Changes:
-        """Bring the catalogue up to date with the directory (within the budget when
-        ``bounded``, by default unless ``force``); returns what changed.
+    def refresh(
+        self, force: bool = False, bounded: bool | None = None, budget: float | None = None
+    ) -> Changes:
+        """Bring the catalogue up to date with the directory (within the budget, or
+        ``budget`` seconds, when ``bounded``, by default unless ``force``); returns what
+        changed.  The request's end of budget stays in :attr:`deadline` for the reloads
+        the fetch itself finds (:meth:`reload`).
 
         Python's cyclic garbage collector is paused meanwhile: what a refresh allocates
         (entries, states, tables) lives on, and collections while thousands of files are
@@ -161,18 +178,19 @@ class Scanner(Loader):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._refresh(force, bounded)
+            return self._refresh(force, bounded, self.budget if budget is None else budget)
         finally:
             if collecting:
                 gc.enable()
 
-    def _refresh(self, force: bool, bounded: bool | None) -> Changes:
+    def _refresh(self, force: bool, bounded: bool | None, budget: float | None) -> Changes:
         changes = self._exited()
         dirty = self._take_dirty()
         now = self.clock()
         bounded = not force if bounded is None else bounded
         # loading and validating take half the budget: cataloguing and the tables the rest
-        deadline = now + self.budget / 2 if bounded and self.budget is not None else None
+        deadline = now + budget / 2 if bounded and budget is not None else None
+        self.deadline = now + budget if bounded and budget is not None else None
         for name in dirty & self._not_ready:  # an event for a file that waits: at once
             self._backoff.schedule(self.states[name], 0.0, now)
         retry = set(self._not_ready) if force else self._backoff.due(now)
@@ -220,15 +238,29 @@ class Scanner(Loader):
         return changes
 
     def _drain(self, deadline: float | None) -> Changes:
-        """Load queued names in order until ``deadline`` (None: all of them)."""
+        """Load queued names in order until ``deadline`` (None: all of them).
+
+        Heavy files (whose load would take more than half the budget at the measured load
+        rate) take turns with the others: every other request leaves them queued, in
+        their place, while the files behind them load, so a stream of new heavy files
+        cannot keep a small new file waiting more than a request or two."""
         if not self._queue:
             return Changes()
         # the queue is not copied: a sweep of 100,000 names costs what each request reaches
         queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
-        changes, stop = self._consider(queue, deadline)
-        if stop is not None:
-            for name in list(itertools.takewhile(lambda n: n != stop, queue)):
-                del queue[name]
+        skip = deadline is not None and self.budget is not None and not self._heavy_turn
+        self.skip_bytes = int(self.load_rate * self.budget / 2) if skip and self.budget else None
+        try:
+            changes, stop = self._consider(queue, deadline)
+        finally:
+            self.skip_bytes = None
+        skipped = set(self.skipped)
+        self._heavy_turn = bool(skipped)  # the next request, heavy files go first
+        if stop is not None or skipped:
+            done = list(itertools.takewhile(lambda n: n != stop, queue))
+            for name in done:
+                if name not in skipped:
+                    del queue[name]
             queue.update(self._queue)  # a name queued again keeps its place
             self._queue = queue
         return changes
@@ -248,10 +280,15 @@ class Scanner(Loader):
         self._starving = False
         return changes
 
-    def reload(self, name: str) -> Changes:
-        """Load ``name`` again now (its values read as changed)."""
+    def reload(self, name: str) -> Changes | None:
+        """Load ``name`` again now (its values read as changed), when the request's budget
+        (:attr:`deadline`) is not spent; else queue it for the next requests and return
+        None (its entry stays served meanwhile: the fetch has no values from it)."""
         if name in self.states:
             self.states[name].key = UNSEEN
+        if self.deadline is not None and self.clock() >= self.deadline:
+            self._queue[name] = None
+            return None
         self._queue.pop(name, None)
         return self._consider([name])[0]
 

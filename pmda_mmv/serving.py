@@ -128,7 +128,7 @@ class Serving:
         self.owners: dict[int, dict[int, ServedIndom]] = {}
         # each file's table builder of a PMID: kept while the file serves it, so that a
         # file more makes one builder, not one per file sharing the PMID
-        self.parts: dict[tuple[str, int], tuple[ServedMetric, Table]] = {}
+        self.parts: dict[tuple[str, int], Table] = {}
         # this fetch's: snapshots per file name, values per cluster and item, and the
         # results that are not values per key
         self.snaps: dict[str, Snapshot] = {}
@@ -244,10 +244,10 @@ class Serving:
     def _part(self, sm: ServedMetric, k: int) -> Table:
         """The table builder of one file's metric of PMID ``k``, made once per metric."""
         made = self.parts.get((sm.file, k))
-        if made is None or made[0] is not sm:
-            made = (sm, self.file_table(self.catalogue.files[sm.file], sm))
+        if made is None or getattr(made, "sm", None) is not sm:
+            made = self.file_table(self.catalogue.files[sm.file], sm)
             self.parts[(sm.file, k)] = made
-        return made[1]
+        return made
 
     # -- fetch
     #
@@ -266,7 +266,8 @@ class Serving:
         """One consistent snapshot of each file serving ``cluster`` (one per file per fetch,
         whichever of its clusters asks first).  A file that changed
         underneath goes to ``changed`` (which reloads it); then every file serving the
-        cluster now and not yet copied is copied (a reloaded one raises)."""
+        cluster now and not yet copied is copied (one that changed again, or whose reload
+        waits for a later request's budget, has no snapshot in this fetch)."""
         for entry in list(self.by_cluster.get(cluster, ())):
             if entry.name in self.snaps:  # copied for another of its clusters (spills)
                 continue
@@ -276,7 +277,10 @@ class Serving:
                 changed(entry, e)
         for entry in self.by_cluster.get(cluster, ()):
             if entry.name not in self.snaps:
-                self.snaps[entry.name] = entry.mf.snapshot()
+                try:
+                    self.snaps[entry.name] = entry.mf.snapshot()
+                except Changed:  # changed again, or its reload waits for the budget
+                    continue  # no values from it in this fetch; the others have theirs
 
     def fetcher(self) -> Callable[[int, int, int], Any]:
         """The per-value fetch callback: one lookup in this fetch's values, else
@@ -320,30 +324,11 @@ class Serving:
     def file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
         """The table builder of one file's metric: (values, other results) by unsigned
         instance id, from this fetch's snapshot of the file."""
-        keys = sm.indom.keys if sm.indom else [PM_IN_NULL]
+        keys = sm.indom.keys if sm.indom else SINGULAR
         if sm.metric.type == fmt.TYPE_NOSUPPORT:
             unsupported = {k: [PM_ERR_APPVERSION, 0] for k in keys}
             return lambda: ({}, unsupported)
-        mf, metric, snaps, file = entry.mf, sm.metric, self.snaps, entry.name
-        dense = keys == list(range(len(keys)))
-
-        def build() -> Built | None:
-            snap = snaps.get(file)
-            if snap is None:
-                return None
-            values = mf.column(snap, metric)
-            if mf.sliced(snap, metric):
-                return (values if dense else dict(zip(keys, values, strict=True))), {}
-            plain: dict[int, Any] = {}
-            special: dict[int, Any] = {}
-            for k, v in zip(keys, values, strict=True):
-                if v is NO_VALUE or v is UNSUPPORTED:
-                    special[k] = SPECIAL[v]
-                elif v is not MISSING:
-                    plain[k] = v
-            return plain, special
-
-        return build
+        return FileTable(sm, entry, self.snaps, keys)
 
     # -- labels
 
@@ -376,6 +361,44 @@ class Serving:
             return "{}"
         labels, optional = si.instance_labels.get(inst, ("", ""))
         return pick(labels, optional, notes)
+
+
+SINGULAR: Final = [PM_IN_NULL]
+"""The instance ids of a singular metric (one list for all of them)."""
+
+
+class FileTable:
+    """The table builder of one file's metric (:meth:`Serving.file_table`): a callable
+    with five slots where a closure took five cells, a function, a tuple and (singular
+    metrics) a list of keys per name (issue 28)."""
+
+    __slots__ = ("dense", "entry", "keys", "sm", "snaps")
+
+    def __init__(
+        self, sm: ServedMetric, entry: FileEntry, snaps: dict[str, Snapshot], keys: list[int]
+    ) -> None:
+        self.sm = sm
+        self.entry = entry
+        self.snaps = snaps
+        self.keys = keys
+        self.dense = keys is not SINGULAR and keys == list(range(len(keys)))
+
+    def __call__(self) -> Built | None:
+        snap = self.snaps.get(self.entry.name)
+        if snap is None:
+            return None
+        mf, metric, keys = self.entry.mf, self.sm.metric, self.keys
+        values = mf.column(snap, metric)
+        if mf.sliced(snap, metric):
+            return (values if self.dense else dict(zip(keys, values, strict=True))), {}
+        plain: dict[int, Any] = {}
+        special: dict[int, Any] = {}
+        for k, v in zip(keys, values, strict=True):
+            if v is NO_VALUE or v is UNSUPPORTED:
+                special[k] = SPECIAL[v]
+            elif v is not MISSING:
+                plain[k] = v
+        return plain, special
 
 
 def pick(labels: str, notes: str, want_notes: bool) -> str:

@@ -121,6 +121,19 @@ def label_flood(
     return [path]
 
 
+def empty_maps(directory: Path, maps: int, plain: int, *, cluster: int = 209) -> list[Path]:
+    """A file whose item labels are ``maps`` empty maps (``{"e0":{}}``) and ``plain``
+    plain labels, each valid: libpcp counts an empty map as a label."""
+    b = _one(cluster)
+    b.version = 3
+    payloads = [json.dumps({f"e{k}": {}}) for k in range(maps)]
+    payloads += [json.dumps({f"l{k}": k}) for k in range(plain)]
+    _labels_in_sections(b, [Label(fmt.LABEL_ITEM, 1, p) for p in payloads])
+    path = directory / f"emptymaps{maps}x{plain}"
+    b.write(path)
+    return [path]
+
+
 def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
     """A valid file: one indom of ``instances`` instances and a metric over it, and
     ``labels`` instance labels (one each for the first instances), over as many LABELS
@@ -179,6 +192,12 @@ def flat_names(directory: Path, files: int, names: int) -> list[Path]:
     """``files`` NOPREFIX files of ``names`` singular metrics each, every name directly
     below the prefix (one flat namespace node)."""
     return _named(directory, "flat", 300, files, names, lambda f, j: f"flat{f}_{j}", 1)
+
+
+def prefixed_names(directory: Path, files: int, names: int) -> list[Path]:
+    """``files`` files ``f000``... of ``names`` singular metrics each, under the file's
+    name (``mmv.f000.m0``...)."""
+    return _named(directory, "f", 300, files, names, lambda f, j: f"m{j}", 2, flags=0)
 
 
 def _named(
