@@ -131,6 +131,7 @@ def main(argv: Sequence[str]) -> int:
         owners=options.owners,
         max_size=options.max_size,
         max_total=options.max_total,
+        max_names=options.max_names,
         log=limited,
         info=limited.info,
     )

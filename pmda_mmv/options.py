@@ -60,6 +60,12 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         help="most bytes of all served files together, in MiB (default 1024)",
     )
     p.add_argument(
+        "--max-names",
+        type=int,
+        default=MAX_NAMES,
+        help=f"most metric names of all served files together (default {MAX_NAMES})",
+    )
+    p.add_argument(
         "--registry",
         help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
         f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
@@ -104,12 +110,6 @@ def parser() -> argparse.ArgumentParser:
         "later PCPs never need it)",
     )
     add_serving_options(p)
-    p.add_argument(
-        "--max-names",
-        type=int,
-        default=MAX_NAMES,
-        help=f"most metric names of all served files together (default {MAX_NAMES})",
-    )
     p.add_argument(
         "--notready",
         action="store_true",

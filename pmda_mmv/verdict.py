@@ -42,6 +42,7 @@ from .registry import CAP, Registry
 from .rules import printable
 from .scanner import (
     IGNORED,
+    MAX_NAMES,
     MAX_TOTAL,
     NOT_READY,
     OK,
@@ -93,6 +94,7 @@ class Directory:
             owners=options.owners,
             max_size=options.max_size,
             max_total=options.max_total,
+            max_names=options.max_names,
         )
         self.scanner.refresh(force=True)
 
@@ -229,6 +231,7 @@ class Options:
     registry: str | None = None  # the registry file (None: in memory, empty)
     registry_cap: int = CAP
     domain: int = 70
+    max_names: int = MAX_NAMES
 
     def open_registry(self, readonly: bool = True) -> Registry:
         """The agent's identity registry as it is now (loaded; read only unless told)."""
@@ -387,4 +390,5 @@ def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Op
         registry,
         ns.registry_cap,
         ns.domain,
+        ns.max_names,
     )
