@@ -251,7 +251,9 @@ class Watcher:
                 events = POLLED if mode == "polling" else CHANGES
                 handler = _Handler(self.directory, self.mark, events)
                 if EVENT_FILTER:
-                    observer.schedule(handler, self.directory, event_filter=events)
+                    observer.schedule(  # type: ignore[call-arg, unused-ignore]
+                        handler, self.directory, event_filter=events
+                    )
                 else:
                     observer.schedule(handler, self.directory)
                 observer.start()
