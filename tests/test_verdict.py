@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,6 +209,19 @@ def compare(directory: Path, results: list[verdict.Doc], agent: Served) -> list[
     return bad
 
 
+def settled(pmcd: PrivatePmcd, directory: Path, requests: int = 100) -> Served:
+    """What the agent serves once it has looked at every entry of ``directory`` (a
+    request loads what its budget allows, the rest waits for the next ones): each
+    non-dot entry has a status instance, none of them ``pending``."""
+    entries = {printable(n) for n in os.listdir(directory) if not n.startswith(".")}
+    for _ in range(requests):
+        agent = served(pmcd)
+        if set(agent.state) == entries and "pending" not in agent.state.values():
+            return agent
+        time.sleep(0.05)
+    raise AssertionError(f"the agent did not settle on {directory}: {agent.state}")
+
+
 def test_check_says_what_the_agent_serves_for_every_corpus_file(
     mmv_corpus: Path, private_pmcd, private_dir: Path
 ) -> None:
@@ -225,12 +239,16 @@ def test_check_says_what_the_agent_serves_for_every_corpus_file(
     bad: list[str] = []
     verdicts: dict[str, int] = {}
     for directory in dirs:
-        link.unlink()
-        link.symlink_to(directory)
-        stored = pmcd.run("pmstore", "mmv.control.reload", "1")
-        assert stored.returncode == 0, stored.stderr
+        # through the empty directory: every entry is then new to the agent, pending
+        # until it is looked at, so that settled() knows when the agent is done
+        for target in (private_dir / "empty", directory):
+            link.unlink()
+            link.symlink_to(target)
+            stored = pmcd.run("pmstore", "mmv.control.reload", "1")
+            assert stored.returncode == 0, stored.stderr
+            agent = settled(pmcd, link)
         results = check_dir(link)
-        bad += compare(link, results, served(pmcd))
+        bad += compare(link, results, agent)
         for r in results:
             verdicts[r["status"]] = verdicts.get(r["status"], 0) + 1
     assert bad == []
