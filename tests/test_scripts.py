@@ -3,6 +3,7 @@ a syntax error in scripts/setup would stop CI and every README command before an
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,18 +13,21 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def shell_scripts() -> list[Path]:
-    tracked = subprocess.run(
-        ["git", "-C", str(CHECKOUT), "ls-files"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    """The repository's files that start with a sh or bash shebang (no git needed: the
+    matrix roots have none), outside .git, virtual environments and build output."""
+    skip = {".git", ".venv", "build", "dist", "node_modules", "__pycache__"}
     found = []
-    for name in tracked:
-        path = CHECKOUT / name
-        if path.is_file() and not path.is_symlink():
+    for top, dirs, files in os.walk(CHECKOUT):
+        dirs[:] = [d for d in dirs if d not in skip and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(top) / name
+            if path.is_symlink() or not path.is_file():
+                continue
             with path.open("rb") as f:
                 first = f.readline(100)
             if first.startswith(b"#!") and (b"sh\n" in first or b"bash" in first):
                 found.append(path)
-    return found
+    return sorted(found)
 
 
 SCRIPTS = shell_scripts()
