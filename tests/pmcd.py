@@ -473,6 +473,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "system_pmcd: changes the system pmcd (pmcd.conf, PMNS, $PCP_PMDAS_DIR/mmv); runs "
         "only with --system-pmcd or -m system_pmcd",
     )
+    config.addinivalue_line(
+        "markers",
+        "host_pid_namespace: needs the initial PID namespace (host init at PID 1, writers "
+        "in PID namespaces below the test's, prune's own judgement); deselected elsewhere, "
+        "as in a scripts/matrix root, which runs in a PID namespace of its own",
+    )
+
+
+INITIAL_PID_NS = 0xEFFFFFFC  # the inode of the initial PID namespace (PROC_PID_INIT_INO)
+
+
+def in_initial_pid_namespace() -> bool:
+    """Whether this process is in the initial (host) PID namespace."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS
+    except OSError:
+        return False
 
 
 def system_pmcd_selected(config: pytest.Config) -> bool:
@@ -484,12 +501,19 @@ def system_pmcd_selected(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if system_pmcd_selected(config):
-        return
-    keep = [i for i in items if i.get_closest_marker("system_pmcd") is None]
+    drop = set() if system_pmcd_selected(config) else {"system_pmcd"}
+    if not in_initial_pid_namespace():
+        drop.add("host_pid_namespace")
+    keep = [i for i in items if not any(i.get_closest_marker(m) for m in drop)]
     if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        gone = [i for i in items if i not in keep]
+        config.hook.pytest_deselected(items=gone)
         items[:] = keep
+        if "host_pid_namespace" in drop:
+            print(
+                f"\nnot in the initial PID namespace: {len(gone)} tests deselected that "
+                "need it (host_pid_namespace, system_pmcd); CI runs them on the host"
+            )
 
 
 @pytest.fixture(scope="session")

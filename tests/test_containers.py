@@ -35,7 +35,7 @@ from tests.mmvbuild import Label, sample
 from tests.pmcd import kept_dir
 from tests.test_hardening import UNKNOWN_NAME, Agent, start_agent
 
-pytestmark = pytest.mark.pmcd
+pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
 
 NAMESPACED = Path(__file__).parent / "writers" / "namespaced.py"
 PYTHON = "/usr/bin/python3"  # python3-pcp's

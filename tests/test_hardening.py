@@ -917,6 +917,7 @@ NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
         ("one", NOT_FOUND + ": PID 1 here is init, whose maps the agent may not read"),
     ],
 )
+@pytest.mark.host_pid_namespace  # host init at PID 1
 def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: str) -> None:
     started = psutil.Process().create_time()
     now = int(started) << 32

@@ -97,6 +97,7 @@ def servers() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
             server.wait(30)
 
 
+@pytest.mark.host_pid_namespace  # it prunes
 def test_prefork_server_totals_as_the_doc_shows(
     private_pmcd: Callable[..., PrivatePmcd],
     private_mmv_dir: Path,

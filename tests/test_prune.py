@@ -33,6 +33,7 @@ from pmda_mmv.reader import MmvFile
 from tests.mmvbuild import sample
 from tests.pmcd import PrivatePmcd, make_dir, our_agent
 
+pytestmark = pytest.mark.host_pid_namespace  # prune prunes nothing outside it (by design)
 SYSTEM_PYTHON = "/usr/bin/python3"  # python3-pcp is built for it
 NOBODY = 65534
 

@@ -363,6 +363,7 @@ NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
     ],
     ids=["live", "pid0-unchecked", "init", "kthreadd", "dead", "negative"],
 )
+@pytest.mark.host_pid_namespace  # host init at PID 1, kthreadd at 2
 def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
     b = one(flags=fmt.FLAG_PROCESS, process=pid)
     b.generation = int(time.time()) << 32

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from pmda_mmv import dump, verdict
 from pmda_mmv import layout as fmt
 from pmda_mmv.rules import printable
@@ -222,6 +224,7 @@ def settled(pmcd: PrivatePmcd, directory: Path, requests: int = 100) -> Served:
     raise AssertionError(f"the agent did not settle on {directory}: {agent.state}")
 
 
+@pytest.mark.host_pid_namespace  # the corpus's PROCESS files name PID 1: host init
 def test_check_says_what_the_agent_serves_for_every_corpus_file(
     mmv_corpus: Path, private_pmcd, private_dir: Path
 ) -> None:
