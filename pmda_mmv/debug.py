@@ -22,6 +22,7 @@ from . import layout as fmt
 from .catalogue import Catalogue, FileEntry, ServedMetric
 from .decode import NO_VALUE, UNSUPPORTED
 from .errors import MmvError
+from .options import scanner_for
 from .pcpenv import tmp_dir, units_text
 from .ratelimit import LogLimit
 from .rules import printable
@@ -125,16 +126,8 @@ def main(argv: Sequence[str]) -> int:
 
     limited = LogLimit(log, info=info)
     registry = options.open_registry()  # the agent's numbers, read only: debug saves nothing
-    scanner = Scanner(
-        directory,
-        Catalogue(options.prefix, log=limited, info=limited.info, registry=registry),
-        owners=options.owners,
-        max_size=options.max_size,
-        max_total=options.max_total,
-        max_names=options.max_names,
-        log=limited,
-        info=limited.info,
-    )
+    catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
+    scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)
     report(scanner.refresh(force=True), scanner, out)
     if a.once:
         table(scanner.served(), options.domain, out)

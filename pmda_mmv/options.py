@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from . import registry as identity
+from .catalogue import Catalogue, Log
 from .reader import DEFAULT_MAX_SIZE
-from .scanner import MAX_NAMES, MAX_TOTAL, parse_owners
+from .scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owners
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,42 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=identity.CAP,
         help=f"names the identity registry remembers (default {identity.CAP})",
+    )
+
+
+class Limits(Protocol):
+    """The serving options a scanner takes: the agent's :class:`Options` and the commands'
+    (``verdict.Options``) both have them."""
+
+    @property
+    def owners(self) -> tuple[int, ...] | None: ...
+    @property
+    def max_size(self) -> int: ...
+    @property
+    def max_total(self) -> int: ...
+    @property
+    def max_names(self) -> int: ...
+
+
+def scanner_for(
+    directory: str,
+    catalogue: Catalogue,
+    limits: Limits,
+    log: Log | None = None,
+    info: Log | None = None,
+) -> Scanner:
+    """The :class:`~.scanner.Scanner` of ``directory`` under the serving options
+    ``limits``: one place for the agent, ``check`` and ``debug`` (an option added to
+    :func:`add_serving_options` reaches all three here)."""
+    return Scanner(
+        directory,
+        catalogue,
+        owners=limits.owners,
+        max_size=limits.max_size,
+        max_total=limits.max_total,
+        max_names=limits.max_names,
+        log=log,
+        info=info,
     )
 
 

@@ -27,11 +27,11 @@ from . import layout as fmt
 from .catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from .control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
 from .errors import Changed
-from .options import Options, parse_args, registry_path
+from .options import Options, parse_args, registry_path, scanner_for
 from .ratelimit import LogLimit
 from .registry import Registry
 from .rules import printable
-from .scanner import STARTUP_BUDGET, Changes, Scanner
+from .scanner import STARTUP_BUDGET, Changes
 from .serving import Serving
 from .watcher import Watcher
 
@@ -63,15 +63,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.catalogue = Catalogue(
             opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
         )
-        self.scanner = Scanner(
-            directory,
-            self.catalogue,
-            owners=opts.owners,
-            max_size=opts.max_size,
-            max_total=opts.max_total,
-            max_names=opts.max_names,
-            log=self.file_log,
-            info=self.file_log.info,
+        self.scanner = scanner_for(
+            directory, self.catalogue, opts, log=self.file_log, info=self.file_log.info
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line)

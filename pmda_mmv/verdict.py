@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from . import layout as fmt
 from .catalogue import Catalogue
 from .errors import Changed, MmvError
-from .options import add_serving_options, registry_path
+from .options import add_serving_options, registry_path, scanner_for
 from .pcpenv import var_dir
 from .reader import DEFAULT_MAX_SIZE, MmvFile
 from .registry import CAP, Registry
@@ -47,7 +47,6 @@ from .scanner import (
     NOT_READY,
     OK,
     REFUSED,
-    Scanner,
     ignore_reason,
     parse_owners,
 )
@@ -88,14 +87,7 @@ class Directory:
         self.domain = options.domain
         self.registry = options.open_registry()  # read only: check never changes it
         self.catalogue = Catalogue(options.prefix, registry=self.registry)
-        self.scanner = Scanner(
-            directory,
-            self.catalogue,
-            owners=options.owners,
-            max_size=options.max_size,
-            max_total=options.max_total,
-            max_names=options.max_names,
-        )
+        self.scanner = scanner_for(directory, self.catalogue, options)
         self.scanner.refresh(force=True)
 
     def entries(self) -> list[str]:
