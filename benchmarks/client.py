@@ -16,7 +16,7 @@ import cpmapi as c_api
 from pcp.pmapi import pmContext, pmErr
 
 from benchmarks.writer import Shape, expected_double, expected_u64, metric_type
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 
 
 class BenchError(RuntimeError):
@@ -81,7 +81,7 @@ class Client:
     def _check_value(self, r: Any, j: int, pos: int) -> None:
         vlist = r.get_vlist(j, pos)
         inst = vlist.inst
-        if metric_type(j) == fmt.TYPE_U64:
+        if metric_type(j) == layout.TYPE_U64:
             got: object = self.ctx.pmExtractValue(
                 r.get_valfmt(j), vlist, c_api.PM_TYPE_U64, c_api.PM_TYPE_U64
             ).ull

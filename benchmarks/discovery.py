@@ -24,10 +24,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pmda_mmv import catalogue, reader
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.scanner import Scanner
+from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.mmvfile import layout, reader
+from pmda_mmv.namespace import catalogue
+from pmda_mmv.namespace.catalogue import Catalogue
 
 
 def write(directory: Path, count: int) -> None:
@@ -39,7 +39,7 @@ def write(directory: Path, count: int) -> None:
         try:
             r.indom(1, ((i, f"inst{i}") for i in range(4)), "four")
             for j in range(5):
-                r.metric(f"m{j}", j + 1, fmt.TYPE_U64, fmt.SEM_COUNTER, 0, 1)
+                r.metric(f"m{j}", j + 1, layout.TYPE_U64, layout.SEM_COUNTER, 0, 1)
             r.start()
         finally:
             r.free()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pmda_mmv.registry import Registry
+from pmda_mmv.namespace.registry import Registry
 
 
 def filled(path: str, names: int) -> Registry:

@@ -1,4 +1,4 @@
-"""libpcp_pmda's pmdaRehash cost as PMIDs accumulate, with and without pmda_mmv.pmidhash.
+"""libpcp_pmda's pmdaRehash cost as PMIDs accumulate, with and without pmda_mmv.agent.pmidhash.
 
 python3-pcp calls pmdaRehash at every metric-table change.  This rebuilds a 450-metric
 table (the soak's size) after 0, 1, 10 and 100 million PMIDs have been hashed, through
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pcp.pmda import pmdaMetric
 
-from pmda_mmv.pmidhash import PmidHashCount
+from pmda_mmv.agent.pmidhash import PmidHashCount
 
 LIBPMDA = ctypes.CDLL("libpcp_pmda.so.3")
 

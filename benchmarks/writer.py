@@ -17,7 +17,7 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.writers.libpcp_mmv import Mapping, Registry, library
 
 
@@ -48,7 +48,7 @@ class Shape:
 
 
 def metric_type(j: int) -> int:
-    return fmt.TYPE_U64 if j % 2 == 0 else fmt.TYPE_DOUBLE
+    return layout.TYPE_U64 if j % 2 == 0 else layout.TYPE_DOUBLE
 
 
 def expected_u64(j: int, i: int) -> int:
@@ -77,7 +77,7 @@ class Writer:
         try:
             r.indom(1, ((i, f"i{i:05d}") for i in range(shape.instances)), "benchmark instances")
             for j in range(shape.metrics):
-                sem = fmt.SEM_COUNTER if j % 2 == 0 else fmt.SEM_INSTANT
+                sem = layout.SEM_COUNTER if j % 2 == 0 else layout.SEM_INSTANT
                 r.metric(f"m{j:03d}", shape.item_base + j, metric_type(j), sem, 0, 1)
             r.start()
             done = time.perf_counter()
@@ -94,13 +94,13 @@ def _fill(mapping: Mapping, shape: Shape) -> None:
     values_at, count = mapping.values_section()
     if count != shape.values:
         raise RuntimeError(f"libpcp_mmv wrote {count} values, expected {shape.values}")
-    words = shape.values * fmt.VALUE_SIZE // 8
+    words = shape.values * layout.VALUE_SIZE // 8
     section = (ctypes.c_uint64 * words).from_address(values_at)
     view = memoryview(section).cast("B").cast("Q")
-    step = fmt.VALUE_SIZE // 8
+    step = layout.VALUE_SIZE // 8
     n = shape.instances
     for j in range(shape.metrics):
-        if metric_type(j) == fmt.TYPE_U64:
+        if metric_type(j) == layout.TYPE_U64:
             column = array("Q", (expected_u64(j, i) for i in range(n)))
         else:
             doubles = array("d", (expected_double(j, i) for i in range(n)))

@@ -19,20 +19,20 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from pmda_mmv import layout as fmt  # noqa: E402
+from pmda_mmv.mmvfile import layout  # noqa: E402
 from tests import mmvbuild  # noqa: E402
 from tests.writers.corpus import write_corpus  # noqa: E402
 
 
 def builder_seeds() -> dict[str, bytes]:
     out = {}
-    for version in fmt.VERSIONS:
+    for version in layout.VERSIONS:
         for labels in (False, True):
             out[f"sample-v{version}-labels{int(labels)}"] = bytes(
                 mmvbuild.sample(version, labels).build().data
             )
         b = mmvbuild.sample(version)
-        b.flags = fmt.FLAG_NOPREFIX | fmt.FLAG_SENTINEL
+        b.flags = layout.FLAG_NOPREFIX | layout.FLAG_SENTINEL
         out[f"sample-v{version}-flags"] = bytes(b.build().data)
     return out
 

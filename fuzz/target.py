@@ -3,7 +3,7 @@
 Shared by the atheris target (``fuzz/fuzz_reader.py``) and the bounded hypothesis run in CI
 (``tests/test_hardening.py``).  :func:`check_bytes` writes the bytes to a file and runs
 :func:`check_file`, which raises :class:`Finding` (or lets any other exception escape) when
-the reader or the catalogue misbehaves.  Only :class:`~pmda_mmv.reader.MmvError` subclasses
+the reader or the catalogue misbehaves.  Only :class:`~pmda_mmv.mmvfile.reader.MmvError` subclasses
 may come out of the reader; everything the agent would hand to python3-pcp must be
 something pmcd accepts.
 """
@@ -16,19 +16,19 @@ import re
 import tempfile
 from typing import Final
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue, FileEntry
-from pmda_mmv.decode import NO_VALUE, UNSUPPORTED
-from pmda_mmv.errors import Changed, MmvError
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.rules import name_problem
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
+from pmda_mmv.mmvfile.errors import Changed, MmvError
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.mmvfile.rules import name_problem
+from pmda_mmv.namespace.catalogue import Catalogue, FileEntry
 
 PCP_INT_RANGE: Final = {
-    fmt.TYPE_I32: (-(1 << 31), (1 << 31) - 1),
-    fmt.TYPE_U32: (0, (1 << 32) - 1),
-    fmt.TYPE_I64: (-(1 << 63), (1 << 63) - 1),
-    fmt.TYPE_U64: (0, (1 << 64) - 1),
-    fmt.TYPE_ELAPSED: (-(1 << 63), (1 << 63) - 1),  # served as PM_TYPE_64
+    layout.TYPE_I32: (-(1 << 31), (1 << 31) - 1),
+    layout.TYPE_U32: (0, (1 << 32) - 1),
+    layout.TYPE_I64: (-(1 << 63), (1 << 63) - 1),
+    layout.TYPE_U64: (0, (1 << 64) - 1),
+    layout.TYPE_ELAPSED: (-(1 << 63), (1 << 63) - 1),  # served as PM_TYPE_64
 }
 """Range of each integer type as python3-pcp converts it (PyArg_Parse i, I, L, K)."""
 
@@ -73,7 +73,7 @@ def check_file(path: str, truncate_to: int | None = None) -> str:
 def _check_error(e: MmvError, size: int) -> None:
     if not e.field or not e.message:
         raise Finding(f"error without field or message: {e!r}")
-    if not (e.offset == -1 or 0 <= e.offset < max(size, fmt.HEADER_SIZE)):
+    if not (e.offset == -1 or 0 <= e.offset < max(size, layout.HEADER_SIZE)):
         raise Finding(f"offset {e.offset} outside a file of {size} bytes: {e}")
     str(e)
     json.dumps(e.as_dict())
@@ -91,10 +91,10 @@ def _check_values(mf: MmvFile) -> None:
         if bounds is not None:
             if not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
                 raise Finding(f"{metric.name}: {value!r} is not a PCP type {metric.type} value")
-        elif metric.type in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
+        elif metric.type in (layout.TYPE_FLOAT, layout.TYPE_DOUBLE):
             if not isinstance(value, float):
                 raise Finding(f"{metric.name}: {value!r} is not a float")
-        elif metric.type == fmt.TYPE_STRING:
+        elif metric.type == layout.TYPE_STRING:
             if not isinstance(value, str) or "\0" in value:
                 raise Finding(f"{metric.name}: {value!r} is not a C string")
         else:
@@ -174,7 +174,7 @@ def _companion() -> str:
 
 
 def _check_entry(entry: FileEntry) -> None:
-    if not 1 <= entry.cluster <= fmt.MAX_CLUSTER:
+    if not 1 <= entry.cluster <= layout.MAX_CLUSTER:
         raise Finding(f"cluster {entry.cluster}")
     for si in entry.indoms.values():
         if not 0 < si.serial < 1 << 22:
@@ -184,7 +184,7 @@ def _check_entry(entry: FileEntry) -> None:
         _check_labels(si.labels, si.notes)
     names = set()
     for sm in entry.metrics:
-        if name_problem(sm.name) or sm.name in names or not 0 <= sm.item <= fmt.MAX_ITEM:
+        if name_problem(sm.name) or sm.name in names or not 0 <= sm.item <= layout.MAX_ITEM:
             raise Finding(f"served metric {sm.name!r} item {sm.item}")
         names.add(sm.name)
         _check_labels(sm.labels, sm.notes)

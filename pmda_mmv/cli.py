@@ -58,26 +58,26 @@ def _main(argv: Sequence[str] | None) -> int:
     ns = parser.parse_args(args[:1])
     rest = args[1:]
     if ns.command == "pmda":
-        from .pmda import main as run_pmda
+        from pmda_mmv.agent.pmda import main as run_pmda
 
         return run_pmda(rest)
     if ns.command in ("install", "remove"):
-        from .install import main as run_install
+        from pmda_mmv.commands.install import main as run_install
 
         return run_install(ns.command, rest)
     if ns.command == "debug":
-        from .debug import main as run_debug
+        from pmda_mmv.commands.debug import main as run_debug
 
         return run_debug(rest)
     if ns.command == "check":
-        from .verdict import main as run_check
+        from pmda_mmv.commands.check import main as run_check
 
         return run_check(rest)
     if ns.command == "prune":
-        from .prune import main as run_prune
+        from pmda_mmv.commands.prune import main as run_prune
 
         return run_prune(rest)
-    from .dump import main as run_dump
+    from pmda_mmv.commands.dump import main as run_dump
 
     return run_dump(rest)
 

@@ -28,35 +28,37 @@ import psutil
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from pmda_mmv import layout as fmt  # noqa: E402
+from pmda_mmv.mmvfile import layout  # noqa: E402
 from tests.mmvbuild import Metric, MmvBuilder, Value  # noqa: E402
 from tests.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
 
 
 def big_file(path: Path, n: int) -> int:
     """Write the big file with the layout.py structs; returns its size."""
-    isize, vsize = fmt.INSTANCE_V1.size, fmt.VALUE.size
-    indoms = fmt.HEADER_SIZE + 4 * fmt.TOC_SIZE
-    insts = indoms + fmt.INDOM.size
+    isize, vsize = layout.INSTANCE_V1.size, layout.VALUE.size
+    indoms = layout.HEADER_SIZE + 4 * layout.TOC_SIZE
+    insts = indoms + layout.INDOM.size
     metric = insts + n * isize
-    values = metric + fmt.METRIC_V1.size
+    values = metric + layout.METRIC_V1.size
     data = bytearray(values + n * vsize)
-    fmt.HEADER.pack_into(data, 0, fmt.MAGIC, 1, 7, 7, 4, 0, 0, 9)
+    layout.HEADER.pack_into(data, 0, layout.MAGIC, 1, 7, 7, 4, 0, 0, 9)
     for k, (ttype, count, offset) in enumerate(
         [
-            (fmt.TOC_INDOMS, 1, indoms),
-            (fmt.TOC_INSTANCES, n, insts),
-            (fmt.TOC_METRICS, 1, metric),
-            (fmt.TOC_VALUES, n, values),
+            (layout.TOC_INDOMS, 1, indoms),
+            (layout.TOC_INSTANCES, n, insts),
+            (layout.TOC_METRICS, 1, metric),
+            (layout.TOC_VALUES, n, values),
         ]
     ):
-        fmt.TOC.pack_into(data, fmt.HEADER_SIZE + k * fmt.TOC_SIZE, ttype, count, offset)
-    fmt.INDOM.pack_into(data, indoms, 1, n, insts, 0, 0)
-    fmt.METRIC_V1.pack_into(data, metric, b"m", 1, fmt.TYPE_U32, fmt.SEM_INSTANT, 0, 1, 0, 0)
+        layout.TOC.pack_into(data, layout.HEADER_SIZE + k * layout.TOC_SIZE, ttype, count, offset)
+    layout.INDOM.pack_into(data, indoms, 1, n, insts, 0, 0)
+    layout.METRIC_V1.pack_into(
+        data, metric, b"m", 1, layout.TYPE_U32, layout.SEM_INSTANT, 0, 1, 0, 0
+    )
     for i in range(n):
-        fmt.INSTANCE_V1.pack_into(data, insts + i * isize, indoms, i, b"i%d" % i)
+        layout.INSTANCE_V1.pack_into(data, insts + i * isize, indoms, i, b"i%d" % i)
         raw = struct.pack("=Q", i)
-        fmt.VALUE.pack_into(data, values + i * vsize, raw, 0, metric, insts + i * isize)
+        layout.VALUE.pack_into(data, values + i * vsize, raw, 0, metric, insts + i * isize)
     path.write_bytes(data)
     return len(data)
 

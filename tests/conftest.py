@@ -64,7 +64,7 @@ def c_reference() -> tuple[str, str]:
 
 
 # ==== every test: no thread left running (issue 15) ========================================
-# As watchdog's own tests do: a test that starts an observer (pmda_mmv.watcher) or any
+# As watchdog's own tests do: a test that starts an observer (pmda_mmv.directory.watcher) or any
 # non-daemon thread must stop it.  Threads started before the test (by session fixtures)
 # are not its own.
 

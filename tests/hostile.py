@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value
 
 Population = Callable[[Path], list[Path]]
@@ -26,7 +26,7 @@ bidirectional overrides and isolates, DEL."""
 
 def _one(cluster: int) -> MmvBuilder:
     b = MmvBuilder(cluster=cluster)
-    b.metrics.append(Metric("v", 1, fmt.TYPE_U64))
+    b.metrics.append(Metric("v", 1, layout.TYPE_U64))
     b.values.append(Value("v", None, 7))
     return b
 
@@ -37,10 +37,10 @@ def many_sections(directory: Path, count: int, *, overlap: bool = False) -> list
     lies on the one before it."""
     b = _one(cluster=201)
     base = _one(cluster=201).build()
-    tail_at = len(base.data) + count * fmt.TOC_SIZE
-    step = fmt.VALUE_SIZE // 2 if overlap else fmt.VALUE_SIZE
-    b.extra_toc = [(fmt.TOC_VALUES, 1, tail_at + k * step) for k in range(count)]
-    b.tail = bytes(step * count + fmt.VALUE_SIZE)
+    tail_at = len(base.data) + count * layout.TOC_SIZE
+    step = layout.VALUE_SIZE // 2 if overlap else layout.VALUE_SIZE
+    b.extra_toc = [(layout.TOC_VALUES, 1, tail_at + k * step) for k in range(count)]
+    b.tail = bytes(step * count + layout.VALUE_SIZE)
     path = directory / f"sections{count}"
     b.write(path)
     return [path]
@@ -66,7 +66,7 @@ def orphan_values(directory: Path, count: int, *, instance: bool = False) -> lis
     at a metric of an indom but at no instance of it."""
     b = MmvBuilder(cluster=203)
     b.indoms.append(Indom(1, [Instance(0, "only")]))
-    b.metrics.append(Metric("m", 1, fmt.TYPE_U64, indom=1))
+    b.metrics.append(Metric("m", 1, layout.TYPE_U64, indom=1))
     b.values.append(Value("m", 0, 1))
     bad = {"instance": 8} if instance else {"metric": 8}
     b.values += [Value("m", 0, k, raw=bad) for k in range(count)]
@@ -91,7 +91,7 @@ def escapes(directory: Path) -> list[Path]:
     b.metrics.append(Metric("m", 1, indom=1, shorthelp=ESCAPES, longhelp=ESCAPES))
     b.values.append(Value("m", 0, 5))
     text = json.dumps({"t": ESCAPES.replace("\n", "")[:40]}, ensure_ascii=False)
-    b.labels.append(Label(fmt.LABEL_CLUSTER, 204, text))
+    b.labels.append(Label(layout.LABEL_CLUSTER, 204, text))
     served = directory / "escapes"
     b.write(served)
     named = directory / f"name{ESCAPES}"
@@ -114,7 +114,7 @@ def label_flood(
             payload = json.dumps({"m": names}, separators=(",", ":"))
         else:
             payload = json.dumps({f"l{k}": k})
-        entries.append(Label(fmt.LABEL_CLUSTER, cluster, payload))
+        entries.append(Label(layout.LABEL_CLUSTER, cluster, payload))
     _labels_in_sections(b, entries)
     path = directory / f"labels{labels}{'n' if nested else ''}"
     b.write(path)
@@ -128,7 +128,7 @@ def empty_maps(directory: Path, maps: int, plain: int, *, cluster: int = 209) ->
     b.version = 3
     payloads = [json.dumps({f"e{k}": {}}) for k in range(maps)]
     payloads += [json.dumps({f"l{k}": k}) for k in range(plain)]
-    _labels_in_sections(b, [Label(fmt.LABEL_ITEM, 1, p) for p in payloads])
+    _labels_in_sections(b, [Label(layout.LABEL_ITEM, 1, p) for p in payloads])
     path = directory / f"emptymaps{maps}x{plain}"
     b.write(path)
     return [path]
@@ -142,7 +142,7 @@ def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
     b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(instances)]))
     b.metrics.append(Metric("m", 1, indom=1))
     payloads = (json.dumps({"row": k}) for k in range(labels))
-    _labels_in_sections(b, [Label(fmt.LABEL_INSTANCES, 1, p, k) for k, p in enumerate(payloads)])
+    _labels_in_sections(b, [Label(layout.LABEL_INSTANCES, 1, p, k) for k, p in enumerate(payloads)])
     path = directory / f"instlabels{instances}x{labels}"
     b.write(path)
     return [path]
@@ -151,18 +151,18 @@ def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
 def _labels_in_sections(b: MmvBuilder, labels: list[Label]) -> None:
     """Give ``b`` these labels: the first MAX_LABELS in its own LABELS section, the others in
     more sections of at most MAX_LABELS, listed in the TOC and packed in the tail."""
-    b.labels = labels[: fmt.MAX_LABELS]
-    rest = labels[fmt.MAX_LABELS :]
+    b.labels = labels[: layout.MAX_LABELS]
+    rest = labels[layout.MAX_LABELS :]
     if not rest:
         return
-    at = len(b.build().data) + -(-len(rest) // fmt.MAX_LABELS) * fmt.TOC_SIZE
+    at = len(b.build().data) + -(-len(rest) // layout.MAX_LABELS) * layout.TOC_SIZE
     tail = bytearray()
-    for k in range(0, len(rest), fmt.MAX_LABELS):
-        chunk = rest[k : k + fmt.MAX_LABELS]
-        b.extra_toc.append((fmt.TOC_LABELS, len(chunk), at + len(tail)))
+    for k in range(0, len(rest), layout.MAX_LABELS):
+        chunk = rest[k : k + layout.MAX_LABELS]
+        b.extra_toc.append((layout.TOC_LABELS, len(chunk), at + len(tail)))
         for lab in chunk:
             payload = str(lab.payload).encode()
-            tail += fmt.LABEL.pack(lab.flags, lab.identity, lab.internal, payload)
+            tail += layout.LABEL.pack(lab.flags, lab.identity, lab.internal, payload)
     b.tail = bytes(tail)
 
 
@@ -177,7 +177,7 @@ def many_files(directory: Path, count: int, *, per_cluster: int = 200) -> list[P
         if slot not in images:
             b = MmvBuilder(cluster=1)
             b.indoms.append(Indom(1, [Instance(i, f"i{i}") for i in range(4)]))
-            b.metrics += [Metric(f"m{j}", slot * 5 + j, fmt.TYPE_U64, indom=1) for j in range(5)]
+            b.metrics += [Metric(f"m{j}", slot * 5 + j, layout.TYPE_U64, indom=1) for j in range(5)]
             b.values += [Value(f"m{j}", i, 10 * j + i) for j in range(5) for i in range(4)]
             images[slot] = b.build().data
         data = images[slot]
@@ -208,7 +208,7 @@ def _named(
     names: int,
     name: Callable[[int, int], str],
     version: int,
-    flags: int = fmt.FLAG_NOPREFIX,
+    flags: int = layout.FLAG_NOPREFIX,
 ) -> list[Path]:
     """``files`` files ``stem000``... of clusters from ``cluster``, each of ``names``
     singular U64 metrics named ``name(file, k)``."""
@@ -216,7 +216,7 @@ def _named(
     for f in range(files):
         b = MmvBuilder(cluster=cluster + f, flags=flags, version=version)
         for j in range(names):
-            b.metrics.append(Metric(name(f, j), j + 1, fmt.TYPE_U64))
+            b.metrics.append(Metric(name(f, j), j + 1, layout.TYPE_U64))
             b.values.append(Value(name(f, j), None, j))
         path = directory / f"{stem}{f:03d}"
         b.write(path)
@@ -237,7 +237,7 @@ def big_files(directory: Path, count: int, metrics: int, instances: int) -> list
         try:
             r.indom(1, ((i, f"i{i}") for i in range(instances)), "big")
             for j in range(metrics):
-                r.metric(f"m{j}", j + 1, fmt.TYPE_U64, fmt.SEM_COUNTER, 0, 1)
+                r.metric(f"m{j}", j + 1, layout.TYPE_U64, layout.SEM_COUNTER, 0, 1)
             r.start()
         finally:
             r.free()
@@ -251,9 +251,9 @@ def shared_cluster(directory: Path, count: int) -> list[Path]:
     application (PCP QA 648), in their thousands."""
     paths = []
     for k in range(count):
-        b = MmvBuilder(cluster=210, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=210, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(Indom(1, [Instance(k, f"w{k}")]))
-        b.metrics.append(Metric("shared.v", 1, fmt.TYPE_U64, indom=1))
+        b.metrics.append(Metric("shared.v", 1, layout.TYPE_U64, indom=1))
         b.values.append(Value("shared.v", k, k))
         path = directory / f"worker{k:05d}"
         b.write(path)
@@ -292,7 +292,7 @@ def past_limits(directory: Path) -> list[Path]:
 
 def bad_magic(directory: Path, count: int) -> list[Path]:
     """``count`` small files whose first bytes are not an MMV magic."""
-    data = b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE)
+    data = b"NOTMMV\0\0" + bytes(layout.HEADER_SIZE)
     paths = [directory / f"junk{k:05d}" for k in range(count)]
     for p in paths:
         p.write_bytes(data)
@@ -300,7 +300,7 @@ def bad_magic(directory: Path, count: int) -> list[Path]:
 
 
 CLUSTER_AT: Final = 36
-"""Offset of the header's cluster field (fmt.HEADER: magic, version, g1, g2, tocs, flags,
+"""Offset of the header's cluster field (layout.HEADER: magic, version, g1, g2, tocs, flags,
 process, cluster)."""
 
 ATTACKS: dict[str, Population] = {

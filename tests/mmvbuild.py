@@ -2,7 +2,7 @@
 
 :class:`MmvBuilder` writes version 1, 2 and 3 files byte by byte from a description
 (indoms with instances, metrics, values, labels, extra strings), using only the structs of
-:mod:`pmda_mmv.layout`.  Every on-disk field can be overridden (``raw`` on each entry,
+:mod:`pmda_mmv.mmvfile.layout`.  Every on-disk field can be overridden (``raw`` on each entry,
 ``header``/``toc`` on the builder, :meth:`Image.patch` afterwards) so that malformed files
 can be made.  :meth:`Image.at` gives the absolute byte offset of any entry or field, derived
 from the struct formats, so tests can assert the offsets the reader reports.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 
 Raw = dict[str, Any]
 
@@ -37,15 +37,15 @@ METRIC_FIELDS = ("name", "item", "type", "semantics", "dimension", "indom", "sho
 
 # Field names of the layout.py structs, in struct order ('x' padding has no name).
 FIELDS: dict[struct.Struct, tuple[str, ...]] = {
-    fmt.HEADER: ("magic", "version", "g1", "g2", "tocs", "flags", "process", "cluster"),
-    fmt.TOC: ("type", "count", "offset"),
-    fmt.INDOM: ("serial", "count", "offset", "shorthelp", "longhelp"),
-    fmt.INSTANCE_V1: ("indom", "internal", "external"),
-    fmt.INSTANCE_V2: ("indom", "internal", "external"),
-    fmt.METRIC_V1: METRIC_FIELDS,
-    fmt.METRIC_V2: METRIC_FIELDS,
-    fmt.VALUE: ("value", "extra", "metric", "instance"),
-    fmt.LABEL: ("flags", "identity", "internal", "payload"),
+    layout.HEADER: ("magic", "version", "g1", "g2", "tocs", "flags", "process", "cluster"),
+    layout.TOC: ("type", "count", "offset"),
+    layout.INDOM: ("serial", "count", "offset", "shorthelp", "longhelp"),
+    layout.INSTANCE_V1: ("indom", "internal", "external"),
+    layout.INSTANCE_V2: ("indom", "internal", "external"),
+    layout.METRIC_V1: METRIC_FIELDS,
+    layout.METRIC_V2: METRIC_FIELDS,
+    layout.VALUE: ("value", "extra", "metric", "instance"),
+    layout.LABEL: ("flags", "identity", "internal", "payload"),
 }
 
 
@@ -63,15 +63,15 @@ def field_offsets(st: struct.Struct) -> dict[str, int]:
 
 def entry_struct(section: str, version: int) -> struct.Struct:
     """The layout.py struct of one entry of ``section`` in a file of ``version``."""
-    v1 = fmt.entry_layout(version) == 1
+    v1 = layout.entry_layout(version) == 1
     return {
-        "header": fmt.HEADER,
-        "toc": fmt.TOC,
-        "indoms": fmt.INDOM,
-        "instances": fmt.INSTANCE_V1 if v1 else fmt.INSTANCE_V2,
-        "metrics": fmt.METRIC_V1 if v1 else fmt.METRIC_V2,
-        "values": fmt.VALUE,
-        "labels": fmt.LABEL,
+        "header": layout.HEADER,
+        "toc": layout.TOC,
+        "indoms": layout.INDOM,
+        "instances": layout.INSTANCE_V1 if v1 else layout.INSTANCE_V2,
+        "metrics": layout.METRIC_V1 if v1 else layout.METRIC_V2,
+        "values": layout.VALUE,
+        "labels": layout.LABEL,
     }[section]
 
 
@@ -104,8 +104,8 @@ class Indom:
 class Metric:
     name: str | bytes
     item: int
-    type: int = fmt.TYPE_U32
-    semantics: int = fmt.SEM_INSTANT
+    type: int = layout.TYPE_U32
+    semantics: int = layout.SEM_INSTANT
     dimension: int = 0
     indom: int | None = None  # serial; None = singular (written as 0xFFFFFFFF)
     shorthelp: str | bytes | None = None
@@ -132,20 +132,20 @@ class Label:
 
 
 DEFAULT_ORDER = (
-    fmt.TOC_INDOMS,
-    fmt.TOC_INSTANCES,
-    fmt.TOC_METRICS,
-    fmt.TOC_VALUES,
-    fmt.TOC_STRINGS,
-    fmt.TOC_LABELS,
+    layout.TOC_INDOMS,
+    layout.TOC_INSTANCES,
+    layout.TOC_METRICS,
+    layout.TOC_VALUES,
+    layout.TOC_STRINGS,
+    layout.TOC_LABELS,
 )
 SECTION = {
-    fmt.TOC_INDOMS: "indoms",
-    fmt.TOC_INSTANCES: "instances",
-    fmt.TOC_METRICS: "metrics",
-    fmt.TOC_VALUES: "values",
-    fmt.TOC_STRINGS: "strings",
-    fmt.TOC_LABELS: "labels",
+    layout.TOC_INDOMS: "indoms",
+    layout.TOC_INSTANCES: "instances",
+    layout.TOC_METRICS: "metrics",
+    layout.TOC_VALUES: "values",
+    layout.TOC_STRINGS: "strings",
+    layout.TOC_LABELS: "labels",
 }
 
 
@@ -230,20 +230,20 @@ class _Layout:
 
     def __init__(self, b: MmvBuilder) -> None:
         self.b = b
-        self.v1 = fmt.entry_layout(b.version) == 1
+        self.v1 = layout.entry_layout(b.version) == 1
         self.pool: list[bytes] = []
         self.string_index: dict[tuple[int, str], int] = {}  # (id of entry, field) -> pool index
         self.collect_strings()
         self.insts = [(d, i) for d in b.indoms for i in d.instances]
         counts = {
-            fmt.TOC_INDOMS: len(b.indoms),
-            fmt.TOC_INSTANCES: len(self.insts),
-            fmt.TOC_METRICS: len(b.metrics),
-            fmt.TOC_VALUES: len(b.values),
-            fmt.TOC_STRINGS: len(self.pool),
-            fmt.TOC_LABELS: len(b.labels),
+            layout.TOC_INDOMS: len(b.indoms),
+            layout.TOC_INSTANCES: len(self.insts),
+            layout.TOC_METRICS: len(b.metrics),
+            layout.TOC_VALUES: len(b.values),
+            layout.TOC_STRINGS: len(self.pool),
+            layout.TOC_LABELS: len(b.labels),
         }
-        always = (fmt.TOC_METRICS, fmt.TOC_VALUES)
+        always = (layout.TOC_METRICS, layout.TOC_VALUES)
         self.present = [t for t in b.order if counts[t] or t in always]
         self.counts = counts
         self.place()
@@ -253,7 +253,7 @@ class _Layout:
     def add_string(self, key: tuple[int, str], text: str | bytes | None) -> None:
         if text is not None:
             self.string_index[key] = len(self.pool)
-            self.pool.append(cbytes(text, fmt.STRING_SIZE))
+            self.pool.append(cbytes(text, layout.STRING_SIZE))
 
     def collect_strings(self) -> None:
         b = self.b
@@ -265,7 +265,7 @@ class _Layout:
             if not self.v1:
                 self.add_string((id(m), "name"), m.name)
         for val in b.values:
-            if self.metric(val.metric).type == fmt.TYPE_STRING:
+            if self.metric(val.metric).type == layout.TYPE_STRING:
                 self.add_string((id(val), "value"), str(val.value))
         for m in b.metrics:
             self.add_string((id(m), "shorthelp"), m.shorthelp)
@@ -278,13 +278,13 @@ class _Layout:
 
     def place(self) -> None:
         ntoc = len(self.present) + len(self.b.extra_toc)
-        pos = fmt.HEADER_SIZE + ntoc * fmt.TOC_SIZE
+        pos = layout.HEADER_SIZE + ntoc * layout.TOC_SIZE
         self.entries: dict[str, list[int]] = {
-            "toc": [fmt.HEADER_SIZE + k * fmt.TOC_SIZE for k in range(ntoc)]
+            "toc": [layout.HEADER_SIZE + k * layout.TOC_SIZE for k in range(ntoc)]
         }
         self.section_at: dict[int, int] = {}
         for t in self.present:
-            size = fmt.ENTRY_SIZE[(t, fmt.entry_layout(self.b.version))]
+            size = layout.ENTRY_SIZE[(t, layout.entry_layout(self.b.version))]
             self.section_at[t] = pos
             self.entries[SECTION[t]] = [pos + k * size for k in range(self.counts[t])]
             pos += self.counts[t] * size
@@ -316,7 +316,7 @@ class _Layout:
         b = self.b
         data = bytearray(self.size)
         head = dict(
-            magic=fmt.MAGIC,
+            magic=layout.MAGIC,
             version=b.version,
             g1=b.generation,
             g2=b.generation,
@@ -325,22 +325,22 @@ class _Layout:
             process=b.process,
             cluster=b.cluster,
         )
-        _pack(fmt.HEADER, data, 0, head, b.header)
+        _pack(layout.HEADER, data, 0, head, b.header)
         tocs = [(t, self.counts[t], self.section_at[t]) for t in self.present] + b.extra_toc
         for k, (t, count, offset) in enumerate(tocs):
             toc = dict(type=t, count=count, offset=offset)
-            _pack(fmt.TOC, data, self.entries["toc"][k], toc, b.toc.get(k, {}))
+            _pack(layout.TOC, data, self.entries["toc"][k], toc, b.toc.get(k, {}))
         self.pack_indoms(data)
         self.pack_metrics(data)
         self.pack_values(data)
         for k, text in enumerate(self.pool):
             data[self.entries["strings"][k] : self.entries["strings"][k] + len(text)] = text
         for k, lab in enumerate(b.labels):
-            payload = cbytes(lab.payload, fmt.LABEL_PAYLOAD_SIZE)
+            payload = cbytes(lab.payload, layout.LABEL_PAYLOAD_SIZE)
             entry = dict(
                 flags=lab.flags, identity=lab.identity, internal=lab.internal, payload=payload
             )
-            _pack(fmt.LABEL, data, self.entries["labels"][k], entry, lab.raw)
+            _pack(layout.LABEL, data, self.entries["labels"][k], entry, lab.raw)
         strings = {
             bytes(t).split(b"\0")[0]: self.entries["strings"][k] for k, t in enumerate(self.pool)
         }
@@ -360,10 +360,10 @@ class _Layout:
                 shorthelp=self.string_offset((id(d), "shorthelp")),
                 longhelp=self.string_offset((id(d), "longhelp")),
             )
-            _pack(fmt.INDOM, data, at, entry, d.raw)
+            _pack(layout.INDOM, data, at, entry, d.raw)
             for inst in d.instances:
                 ext = (
-                    cbytes(inst.external, fmt.NAME_SIZE)
+                    cbytes(inst.external, layout.NAME_SIZE)
                     if self.v1
                     else self.string_offset((id(inst), "external"))
                 )
@@ -374,7 +374,9 @@ class _Layout:
     def pack_metrics(self, data: bytearray) -> None:
         mst = entry_struct("metrics", self.b.version)
         for n, m in enumerate(self.b.metrics):
-            name = cbytes(m.name, fmt.NAME_SIZE) if self.v1 else self.string_offset((id(m), "name"))
+            name = (
+                cbytes(m.name, layout.NAME_SIZE) if self.v1 else self.string_offset((id(m), "name"))
+            )
             entry = dict(
                 name=name,
                 item=m.item,
@@ -392,7 +394,7 @@ class _Layout:
         for n, val in enumerate(self.b.values):
             m = self.metric(val.metric)
             extra = val.extra
-            if m.type == fmt.TYPE_STRING:
+            if m.type == layout.TYPE_STRING:
                 extra = self.string_offset((id(val), "value"))
             entry = dict(
                 value=encode_value(m.type, val.value),
@@ -400,15 +402,15 @@ class _Layout:
                 metric=self.entries["metrics"][index[id(m)]],
                 instance=self.instance_offset(m.indom, val.instance) if m.indom is not None else 0,
             )
-            _pack(fmt.VALUE, data, self.entries["values"][n], entry, val.raw)
+            _pack(layout.VALUE, data, self.entries["values"][n], entry, val.raw)
 
 
 def encode_value(mtype: int, value: Any) -> bytes:
     """The 8-byte pmAtomValue of ``value`` for an MMV type (zeros for STRING/NOSUPPORT)."""
     if isinstance(value, bytes):
         return value.ljust(8, b"\0")
-    if mtype in fmt.VALUE_FORMAT:
-        return fmt.VALUE_FORMAT[mtype].pack(value).ljust(8, b"\0")
+    if mtype in layout.VALUE_FORMAT:
+        return layout.VALUE_FORMAT[mtype].pack(value).ljust(8, b"\0")
     return bytes(8)
 
 
@@ -423,14 +425,14 @@ def _pack(st: struct.Struct, data: bytearray, at: int, fields: Raw, raw: Raw) ->
 # -- ready-made descriptions ----------------------------------------------------------------
 
 TYPE_SAMPLES: dict[int, Any] = {
-    fmt.TYPE_I32: -42,
-    fmt.TYPE_U32: 4000000000,
-    fmt.TYPE_I64: -(1 << 40),
-    fmt.TYPE_U64: (1 << 63) + 5,
-    fmt.TYPE_FLOAT: 1.5,
-    fmt.TYPE_DOUBLE: 2.25,
-    fmt.TYPE_STRING: "text",
-    fmt.TYPE_ELAPSED: 1500000,
+    layout.TYPE_I32: -42,
+    layout.TYPE_U32: 4000000000,
+    layout.TYPE_I64: -(1 << 40),
+    layout.TYPE_U64: (1 << 63) + 5,
+    layout.TYPE_FLOAT: 1.5,
+    layout.TYPE_DOUBLE: 2.25,
+    layout.TYPE_STRING: "text",
+    layout.TYPE_ELAPSED: 1500000,
 }
 INSTANCES = ((0, "zero"), (1, "one"), (7, "seven"))
 
@@ -444,7 +446,7 @@ def sample(version: int = 1, labels: bool | None = None) -> MmvBuilder:
     b.indoms.append(Indom(3, [Instance(i, n) for i, n in INSTANCES], "indom short", "indom\nlong"))
     item = 1
     for mtype, value in TYPE_SAMPLES.items():
-        tname = fmt.TYPE_NAMES[mtype]
+        tname = layout.TYPE_NAMES[mtype]
         for multi in (False, True):
             name = f"{'m' if multi else 's'}.t{tname}"
             b.metrics.append(
@@ -452,8 +454,8 @@ def sample(version: int = 1, labels: bool | None = None) -> MmvBuilder:
                     name,
                     item,
                     mtype,
-                    fmt.SEM_INSTANT,
-                    fmt.units_word(dim_count=1),
+                    layout.SEM_INSTANT,
+                    layout.units_word(dim_count=1),
                     3 if multi else None,
                     f"{name} short",
                     f"{name} long",
@@ -464,10 +466,10 @@ def sample(version: int = 1, labels: bool | None = None) -> MmvBuilder:
             b.values += [Value(name, i, value) for i in targets]
     if labels or (labels is None and version == 3):
         b.labels += [
-            Label(fmt.LABEL_CLUSTER, 12, '{"app":"sample"}'),
-            Label(fmt.LABEL_INDOM, 3, '{"dom":1}'),
-            Label(fmt.LABEL_ITEM | fmt.LABEL_OPTIONAL, 1, '{"item":true}'),
-            Label(fmt.LABEL_INSTANCES, 3, '{"inst":"seven"}', internal=7),
+            Label(layout.LABEL_CLUSTER, 12, '{"app":"sample"}'),
+            Label(layout.LABEL_INDOM, 3, '{"dom":1}'),
+            Label(layout.LABEL_ITEM | layout.LABEL_OPTIONAL, 1, '{"item":true}'),
+            Label(layout.LABEL_INSTANCES, 3, '{"inst":"seven"}', internal=7),
         ]
     return b
 
@@ -502,8 +504,8 @@ def dead_pid() -> int:
 
 # -- real writers ---------------------------------------------------------------------------
 
-COUNT = fmt.units_word(dim_count=1)
-MSEC = fmt.units_word(dim_time=1, scale_time=2)
+COUNT = layout.units_word(dim_count=1)
+MSEC = layout.units_word(dim_time=1, scale_time=2)
 
 
 @dataclass
@@ -533,11 +535,11 @@ def write_pcp_mmv(path: Path, cluster: int = 42, flags: int = 0) -> Written:
     from pcp import mmv, pmapi
 
     spec = {
-        "py.counter": (1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, None, "a counter", "counts"),
-        "py.gauge": (2, fmt.TYPE_I32, fmt.SEM_INSTANT, 0, 5, "per colour", "one per colour"),
-        "py.name": (3, fmt.TYPE_STRING, fmt.SEM_DISCRETE, 0, None, "a name", "the name"),
-        "py.timer": (4, fmt.TYPE_ELAPSED, fmt.SEM_COUNTER, MSEC, 5, None, None),
-        "py.ratio": (5, fmt.TYPE_DOUBLE, fmt.SEM_INSTANT, 0, None, "a ratio", None),
+        "py.counter": (1, layout.TYPE_U64, layout.SEM_COUNTER, COUNT, None, "a counter", "counts"),
+        "py.gauge": (2, layout.TYPE_I32, layout.SEM_INSTANT, 0, 5, "per colour", "one per colour"),
+        "py.name": (3, layout.TYPE_STRING, layout.SEM_DISCRETE, 0, None, "a name", "the name"),
+        "py.timer": (4, layout.TYPE_ELAPSED, layout.SEM_COUNTER, MSEC, 5, None, None),
+        "py.ratio": (5, layout.TYPE_DOUBLE, layout.SEM_INSTANT, 0, None, "a ratio", None),
     }
     insts = [(0, "red"), (1, "green"), (2, "blue")]
     writer = mmv.MemoryMappedValues(str(path), flags=flags, cluster=cluster)
@@ -584,17 +586,17 @@ def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool =
     r.indom(9, insts, "nine", "indom nine")
     wide = "c.wide." + "w" * 70 if long_names else "c.wide"
     spec = {
-        "c.count": (1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, 9, "per instance", "long text"),
-        wide: (2, fmt.TYPE_DOUBLE, fmt.SEM_INSTANT, MSEC, None, None, None),
-        "c.text": (3, fmt.TYPE_STRING, fmt.SEM_DISCRETE, 0, None, "text", None),
+        "c.count": (1, layout.TYPE_U64, layout.SEM_COUNTER, COUNT, 9, "per instance", "long text"),
+        wide: (2, layout.TYPE_DOUBLE, layout.SEM_INSTANT, MSEC, None, None, None),
+        "c.text": (3, layout.TYPE_STRING, layout.SEM_DISCRETE, 0, None, "text", None),
     }
     for name, (item, mtype, sem, dim, serial, short, long_) in spec.items():
         r.metric(name, item, mtype, sem, dim, serial, short, long_)
     labels = [
-        (fmt.LABEL_CLUSTER, cluster, -1, '{"app":"capi"}'),
-        (fmt.LABEL_INDOM, 9, -1, '{"dom":9}'),
-        (fmt.LABEL_ITEM, 1, -1, '{"met":1}'),
-        (fmt.LABEL_INSTANCES | fmt.LABEL_OPTIONAL, 9, 2, '{"which":"second"}'),
+        (layout.LABEL_CLUSTER, cluster, -1, '{"app":"capi"}'),
+        (layout.LABEL_INDOM, 9, -1, '{"dom":9}'),
+        (layout.LABEL_ITEM, 1, -1, '{"met":1}'),
+        (layout.LABEL_INSTANCES | layout.LABEL_OPTIONAL, 9, 2, '{"which":"second"}'),
     ]
     r.registry_label("app", '"capi"', LABEL_STRING)
     r.indom_label(9, "dom", "9", LABEL_NUMBER)

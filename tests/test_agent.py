@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import (
     Indom,
     Instance,
@@ -191,9 +191,9 @@ def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_d
     """Two writers of one application (PCP QA 648: NOPREFIX, one cluster, the same metric,
     instances of their own) serve one metric: ``mmv.control.metrics`` is 1, as C 7 counts."""
     for name, inst in (("cats", 10), ("dogs", 0)):
-        b = MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=420, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(Indom(1, [Instance(inst, f"{name}{inst}")]))
-        b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1))
+        b.metrics.append(Metric("animals.tag", 33, layout.TYPE_U32, layout.SEM_DISCRETE, 0, 1))
         b.values.append(Value("animals.tag", inst, inst))
         publish(private_mmv_dir / name, b)
     pmcd = start(our_agent(private_mmv_dir, "--status-metrics"))

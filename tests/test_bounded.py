@@ -25,13 +25,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.parse.ranges import Ranges
-from pmda_mmv.ratelimit import PER_CAUSE, LogLimit
-from pmda_mmv.rules import printable
-from pmda_mmv.scanner import Scanner
-from pmda_mmv.watcher import Watcher
+from pmda_mmv.agent.ratelimit import PER_CAUSE, LogLimit
+from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.directory.watcher import Watcher
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.parse.ranges import Ranges
+from pmda_mmv.mmvfile.rules import printable
+from pmda_mmv.namespace.catalogue import Catalogue
 from tests import hostile, mmvbuild
 from tests.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 from tests.test_hardening import agent_pids
@@ -39,7 +39,7 @@ from tests.test_hardening import agent_pids
 GOOD = "mmv.good.py.counter"
 LOG_GROWTH = 1 << 20  # bytes the agent's log may grow by per attack
 FETCHES = 5  # fetches of the good file while each attack is in place
-REPORT_LINES = fmt.MAX_PROBLEMS + 3  # check: status line, problems, summary
+REPORT_LINES = layout.MAX_PROBLEMS + 3  # check: status line, problems, summary
 
 
 @dataclass
@@ -183,7 +183,7 @@ def test_files_rewritten_in_a_loop_leave_the_good_file_served(served: Served) ->
     big: list[Path] = []
     for f in range(100):
         b = mmvbuild.MmvBuilder(cluster=500 + f)
-        b.metrics += [mmvbuild.Metric(f"m{j}", j, fmt.TYPE_U64) for j in range(1000)]
+        b.metrics += [mmvbuild.Metric(f"m{j}", j, layout.TYPE_U64) for j in range(1000)]
         b.values += [mmvbuild.Value(f"m{j}", None, j) for j in range(1000)]
         big.append(served.dir / f"served{f:03d}")
         b.write(big[-1])
@@ -196,7 +196,7 @@ def test_files_rewritten_in_a_loop_leave_the_good_file_served(served: Served) ->
             for k, path in enumerate(loop):
                 generation += 1
                 b = mmvbuild.MmvBuilder(cluster=700 + k, generation=generation)
-                b.metrics.append(mmvbuild.Metric("v", 1, fmt.TYPE_U64))
+                b.metrics.append(mmvbuild.Metric("v", 1, layout.TYPE_U64))
                 b.values.append(mmvbuild.Value("v", None, generation))
                 tmp = path.with_name("." + path.name)
                 b.write(tmp)

@@ -25,14 +25,14 @@ import psutil
 import pytest
 from pcp import pmapi
 
-from pmda_mmv import fdlimit
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.options import parse_args
-from pmda_mmv.ratelimit import LogLimit
-from pmda_mmv.scanner import Scanner
-from pmda_mmv.serving import Serving
-from pmda_mmv.watcher import Watcher
+from pmda_mmv.agent.options import parse_args
+from pmda_mmv.agent.ratelimit import LogLimit
+from pmda_mmv.agent.serving import Serving
+from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.directory.watcher import Watcher
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.namespace.catalogue import Catalogue
 from tests import hostile, mmvbuild
 from tests.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
 from tests.test_bounded import GOOD, Served, pmda_mmv, serve
@@ -63,7 +63,7 @@ def new_generation(path: Path, generation: int) -> None:
     """Give ``path`` a new generation pair in place (same inode and size): its next
     snapshot raises Changed."""
     with open(path, "r+b") as f:
-        f.seek(fmt.GENERATION_OFFSET)
+        f.seek(layout.GENERATION_OFFSET)
         f.write(struct.pack("=QQ", generation, generation))
 
 

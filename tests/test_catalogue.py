@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import catalogue, nametree
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.registry import Registry
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.namespace import catalogue, nametree
+from pmda_mmv.namespace.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
+from pmda_mmv.namespace.registry import Registry
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
@@ -45,7 +45,7 @@ def names(cat: Catalogue) -> set[str]:
 
 def test_names_prefix_and_noprefix(tmp_path: Path, cat: Catalogue) -> None:
     cat.add(load(tmp_path, "app", simple(names=("x.y",))))
-    cat.add(load(tmp_path, "np", simple(cluster=2, names=("top",), flags=fmt.FLAG_NOPREFIX)))
+    cat.add(load(tmp_path, "np", simple(cluster=2, names=("top",), flags=layout.FLAG_NOPREFIX)))
     assert names(cat) == {"mmv.app.x.y", "mmv.top"}
 
 
@@ -54,7 +54,7 @@ def test_duplicate_name_first_served_wins(
 ) -> None:
     cat.add(load(tmp_path, "foo", simple(names=("x",))))
     entry = cat.add(
-        load(tmp_path, "np", simple(cluster=2, names=("foo.x", "ok"), flags=fmt.FLAG_NOPREFIX))
+        load(tmp_path, "np", simple(cluster=2, names=("foo.x", "ok"), flags=layout.FLAG_NOPREFIX))
     )
     assert entry is not None
     assert [m.name for m in entry.metrics] == ["mmv.ok"]
@@ -73,7 +73,9 @@ def test_leaf_nonleaf_conflicts_refused_both_ways(
 
 
 def test_control_subtree_is_reserved(tmp_path: Path, cat: Catalogue) -> None:
-    b = simple(names=("control.reload", "control", "control.x.y", "fine"), flags=fmt.FLAG_NOPREFIX)
+    b = simple(
+        names=("control.reload", "control", "control.x.y", "fine"), flags=layout.FLAG_NOPREFIX
+    )
     entry = cat.add(load(tmp_path, "np", b))
     assert entry is not None
     assert [m.name for m in entry.metrics] == ["mmv.fine"]
@@ -92,7 +94,7 @@ def test_removed_names_can_be_served_again(tmp_path: Path, cat: Catalogue) -> No
     cat.add(load(tmp_path, "foo", simple(names=("x",))))
     cat.remove("foo")
     entry = cat.add(
-        load(tmp_path, "np", simple(cluster=2, names=("foo.x",), flags=fmt.FLAG_NOPREFIX))
+        load(tmp_path, "np", simple(cluster=2, names=("foo.x",), flags=layout.FLAG_NOPREFIX))
     )
     assert entry is not None and [m.name for m in entry.metrics] == ["mmv.foo.x"]
 
@@ -251,18 +253,18 @@ def test_a_stranger_cannot_join_a_cluster_or_its_indoms(tmp_path: Path) -> None:
 def test_descriptors_elapsed_and_semantics_zero(tmp_path: Path, cat: Catalogue) -> None:
     b = MmvBuilder(cluster=3)
     b.metrics += [
-        Metric("el", 1, fmt.TYPE_ELAPSED, fmt.SEM_INSTANT, fmt.units_word(dim_count=1)),
-        Metric("zero", 2, fmt.TYPE_U64, 0, fmt.units_word(dim_space=1)),
+        Metric("el", 1, layout.TYPE_ELAPSED, layout.SEM_INSTANT, layout.units_word(dim_count=1)),
+        Metric("zero", 2, layout.TYPE_U64, 0, layout.units_word(dim_space=1)),
     ]
     b.values += [Value("el", None, 5), Value("zero", None, 6)]
     entry = cat.add(load(tmp_path, "d", b))
     assert entry is not None
     el, zero = entry.metrics
-    assert (el.type, el.semantics, el.units) == (PM_TYPE_64, PM_SEM_COUNTER, fmt.UNITS_ELAPSED)
+    assert (el.type, el.semantics, el.units) == (PM_TYPE_64, PM_SEM_COUNTER, layout.UNITS_ELAPSED)
     assert (zero.type, zero.semantics, zero.units) == (
-        fmt.TYPE_U64,
+        layout.TYPE_U64,
         PM_SEM_COUNTER,
-        fmt.units_word(dim_space=1),
+        layout.units_word(dim_space=1),
     )
 
 
@@ -270,12 +272,12 @@ def test_labels_every_level_optional_and_override(tmp_path: Path, cat: Catalogue
     b = sample(version=3)
     b.cluster = 0  # writers store the requested cluster (0) as the identity (C loses these)
     b.labels = [
-        Label(fmt.LABEL_CLUSTER, 0, '{"app":"one","n":-1.5e3}'),
-        Label(fmt.LABEL_CLUSTER, 0, '{"app":"two"}'),
-        Label(fmt.LABEL_CLUSTER | fmt.LABEL_OPTIONAL, 0, '{"note":"x"}'),
-        Label(fmt.LABEL_ITEM, 1, '{"item":1}'),
-        Label(fmt.LABEL_INDOM, 3, '{"dom":"d"}'),
-        Label(fmt.LABEL_INSTANCES, 3, '{"inst":"é"}', internal=7),
+        Label(layout.LABEL_CLUSTER, 0, '{"app":"one","n":-1.5e3}'),
+        Label(layout.LABEL_CLUSTER, 0, '{"app":"two"}'),
+        Label(layout.LABEL_CLUSTER | layout.LABEL_OPTIONAL, 0, '{"note":"x"}'),
+        Label(layout.LABEL_ITEM, 1, '{"item":1}'),
+        Label(layout.LABEL_INDOM, 3, '{"dom":"d"}'),
+        Label(layout.LABEL_INSTANCES, 3, '{"inst":"é"}', internal=7),
     ]
     entry = cat.add(load(tmp_path, "lab", b))
     assert entry is not None
@@ -293,8 +295,8 @@ def test_label_maps_merge_name_by_name(tmp_path: Path, cat: Catalogue) -> None:
     # item_label3.a and item_label3.b, as libpcp merges label sets.
     b = sample(version=3)
     b.labels = [
-        Label(fmt.LABEL_ITEM, 1, '{"m":{"a":1},"x":1}'),
-        Label(fmt.LABEL_ITEM, 1, '{"m":{"b":2},"x":2}'),
+        Label(layout.LABEL_ITEM, 1, '{"m":{"a":1},"x":1}'),
+        Label(layout.LABEL_ITEM, 1, '{"m":{"b":2},"x":2}'),
     ]
     entry = cat.add(load(tmp_path, "maps", b))
     assert entry is not None
@@ -305,9 +307,9 @@ def test_label_maps_merge_name_by_name(tmp_path: Path, cat: Catalogue) -> None:
 def pets(names: tuple[tuple[int, str], ...], cluster: int = 420) -> MmvBuilder:
     """PCP QA 648's writers (mmv_instances): NOPREFIX, one cluster, metric animals.tag on
     indom 1, each process its own animals."""
-    b = MmvBuilder(cluster=cluster, flags=fmt.FLAG_NOPREFIX)
+    b = MmvBuilder(cluster=cluster, flags=layout.FLAG_NOPREFIX)
     b.indoms.append(Indom(1, [Instance(i, n) for i, n in names], "animals", "animal names"))
-    b.metrics.append(Metric("animals.tag", 33, fmt.TYPE_U32, fmt.SEM_DISCRETE, 0, 1, "tag"))
+    b.metrics.append(Metric("animals.tag", 33, layout.TYPE_U32, layout.SEM_DISCRETE, 0, 1, "tag"))
     b.values += [Value("animals.tag", i, i) for i, _ in names]
     return b
 
@@ -339,7 +341,7 @@ def test_a_different_metric_at_a_shared_item_gets_its_own_cluster(
 ) -> None:
     cat.add(load(tmp_path, "cats", pets(((10, "Tom"),))))
     other = pets(((1, "x"),))
-    other.metrics[0].type = fmt.TYPE_U64  # same name and item, another descriptor
+    other.metrics[0].type = layout.TYPE_U64  # same name and item, another descriptor
     entry = cat.add(load(tmp_path, "odd", other))
     assert entry is not None and entry.cluster != 420
     assert any("asked for cluster 420, served to" in line for line in logged)
@@ -352,9 +354,9 @@ def test_files_sharing_a_metric_are_kept_in_name_order_by_binary_search(
     each add re-sorted the PMID's and the indom's list of files (N^2 / 2 key reads in all),
     each removal rebuilt them.  Now O(log N) reads an add or removal, order unchanged: the
     first file in name order describes the metric."""
-    b = MmvBuilder(cluster=210, flags=fmt.FLAG_NOPREFIX)
+    b = MmvBuilder(cluster=210, flags=layout.FLAG_NOPREFIX)
     b.indoms.append(Indom(1, [Instance(0, "w")]))
-    b.metrics.append(Metric("shared.v", 1, fmt.TYPE_U64, indom=1))
+    b.metrics.append(Metric("shared.v", 1, layout.TYPE_U64, indom=1))
     b.values.append(Value("shared.v", 0, 1))
     b.write(tmp_path / "image")
     reads = [0]
@@ -442,8 +444,8 @@ def test_holder_names_the_file_a_name_lost_to(tmp_path: Path, cat: Catalogue) ->
     """`check`'s conflicts: the served name itself, the leaf above it, a name below it,
     found through the name tree (it walked every served metric of every file: `check DIR`
     of 4,895 refused files took 33 s; found by a breaker run)."""
-    cat.add(load(tmp_path, "a", simple(cluster=1, names=("x",), flags=fmt.FLAG_NOPREFIX)))
-    cat.add(load(tmp_path, "b", simple(cluster=2, names=("y.z",), flags=fmt.FLAG_NOPREFIX)))
+    cat.add(load(tmp_path, "a", simple(cluster=1, names=("x",), flags=layout.FLAG_NOPREFIX)))
+    cat.add(load(tmp_path, "b", simple(cluster=2, names=("y.z",), flags=layout.FLAG_NOPREFIX)))
     assert cat.holder("mmv.x") == "a"  # the name
     assert cat.holder("mmv.x.deeper") == "a"  # a leaf above it
     assert cat.holder("mmv.y") == "b"  # names below it
@@ -456,7 +458,7 @@ def test_holder_of_a_shared_name_is_the_first_file_left(tmp_path: Path, cat: Cat
     the name is held by the next, in the order the files came."""
     for name in ("p1", "p2", "p3"):
         assert cat.add(
-            load(tmp_path, name, simple(cluster=5, names=("m",), flags=fmt.FLAG_NOPREFIX))
+            load(tmp_path, name, simple(cluster=5, names=("m",), flags=layout.FLAG_NOPREFIX))
         )
     assert cat.holder("mmv.m") == "p1"
     cat.remove("p1")

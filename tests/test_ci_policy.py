@@ -109,7 +109,7 @@ def test_leaves_a_daemon_thread() -> None:
 WATCHING = """
 from tests.conftest import no_thread_leak  # noqa: F401
 
-from pmda_mmv.watcher import Watcher
+from pmda_mmv.directory.watcher import Watcher
 
 
 def test_leaves_an_observer(tmp_path) -> None:

@@ -35,7 +35,7 @@ def test_help_lists_the_commands() -> None:
 
 
 def test_agent_options() -> None:
-    from pmda_mmv.options import Options, parse_args
+    from pmda_mmv.agent.options import Options, parse_args
 
     assert parse_args([]) == Options()
     opts = parse_args(["-d", "4", "--prefix", "pmproxy", "--max-size", "2", "--no-pmid-hash-reset"])
@@ -45,7 +45,7 @@ def test_agent_options() -> None:
 
 
 def test_agent_options_refuse_an_unknown_owner(capsys: pytest.CaptureFixture[str]) -> None:
-    from pmda_mmv.options import parse_args
+    from pmda_mmv.agent.options import parse_args
 
     with pytest.raises(SystemExit) as done:
         parse_args(["--owners", "no-such-user-here"])

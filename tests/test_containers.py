@@ -26,11 +26,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.filestate import NO_WRITER, PENDING
-from pmda_mmv.liveness import Writers, container_of, innermost
-from pmda_mmv.scanner import OK, Scanner
+from pmda_mmv.directory.filestate import NO_WRITER, PENDING
+from pmda_mmv.directory.liveness import Writers, container_of, innermost
+from pmda_mmv.directory.scanner import OK, Scanner
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.namespace.catalogue import Catalogue
 from tests.mmvbuild import Label, sample
 from tests.pmcd import kept_dir
 from tests.test_hardening import UNKNOWN_NAME, Agent, start_agent
@@ -142,7 +142,7 @@ def cgroup() -> Iterator[tuple[Path | None, str]]:
             break
         path.rmdir()
     else:
-        from pmda_mmv.liveness import cgroup_of
+        from pmda_mmv.directory.liveness import cgroup_of
 
         yield None, container_of(cgroup_of("/proc", os.getpid()))
         return
@@ -306,13 +306,13 @@ def test_a_container_cannot_forge_its_container_label(
     # a file of a container writer that sets "container" itself, at every level: the
     # agent's label (from the writer's cgroup) replaces it; "app" is the file's own
     b = sample(labels=True)
-    b.flags, b.process, b.generation = fmt.FLAG_PROCESS, 1, int(time.time()) << 32
+    b.flags, b.process, b.generation = layout.FLAG_PROCESS, 1, int(time.time()) << 32
     forged = '{"container":"host"}'
     b.labels += [
-        Label(fmt.LABEL_CLUSTER, 12, forged),
-        Label(fmt.LABEL_ITEM, 1, forged),
-        Label(fmt.LABEL_INDOM, 3, forged),
-        Label(fmt.LABEL_INSTANCES, 3, forged, internal=7),
+        Label(layout.LABEL_CLUSTER, 12, forged),
+        Label(layout.LABEL_ITEM, 1, forged),
+        Label(layout.LABEL_INDOM, 3, forged),
+        Label(layout.LABEL_INSTANCES, 3, forged, internal=7),
     ]
     b.write(tmp_path / "forger")
     w = ns_writer(tmp_path / "forger", 1, 0, cgroup[0], mapper=True)
@@ -388,7 +388,7 @@ def test_a_generation_in_the_future_does_not_keep_the_writer_search_going(
     budget = 0.1
     scanner = Scanner(str(tmp_path), Catalogue(), budget=budget)
     b = sample()
-    b.flags, b.process = fmt.FLAG_PROCESS, crowd[-1].pid
+    b.flags, b.process = layout.FLAG_PROCESS, crowd[-1].pid
     b.generation = int(time.time() + 3600) << 32
     b.write(tmp_path / "future")
     crowd[-1].kill()

@@ -32,9 +32,9 @@ from typing import Any
 import psutil
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import derived_indom
-from pmda_mmv.verdict import Options, judge
+from pmda_mmv.commands.check import Options, judge
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.namespace.catalogue import derived_indom
 from tests import mmvbuild
 from tests.normalize import (
     BAD_INDOM,
@@ -69,15 +69,15 @@ CLIENT_ENV = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMC
 
 # ---- real writers: libpcp_mmv's registry API (tests.writers.libpcp_mmv) --------------------
 
-NONE_UNITS, COUNT = 0, fmt.units_word(dim_count=1)
+NONE_UNITS, COUNT = 0, layout.units_word(dim_count=1)
 U32, I32, U64, FLOAT, DOUBLE = (
-    fmt.TYPE_U32,
-    fmt.TYPE_I32,
-    fmt.TYPE_U64,
-    fmt.TYPE_FLOAT,
-    fmt.TYPE_DOUBLE,
+    layout.TYPE_U32,
+    layout.TYPE_I32,
+    layout.TYPE_U64,
+    layout.TYPE_FLOAT,
+    layout.TYPE_DOUBLE,
 )
-INSTANT, COUNTER = fmt.SEM_INSTANT, fmt.SEM_COUNTER
+INSTANT, COUNTER = layout.SEM_INSTANT, layout.SEM_COUNTER
 
 
 def case_collide(d: Path) -> list[Any]:
@@ -140,7 +140,7 @@ def case_help(d: Path) -> list[Any]:
     r.indom(2, [(7, "z")], "only a one-line")
     r.indom(3, [(8, "w")])
     r.indom(4, [], "empty indom", "an indom without instances")
-    r.metric("nosup", 1, fmt.TYPE_NOSUPPORT, short="not supported here", long="nosup long")
+    r.metric("nosup", 1, layout.TYPE_NOSUPPORT, short="not supported here", long="nosup long")
     r.metric("on.one", 2, U32, indom=1, short="on one", long="long text on one")
     r.metric("on.two", 3, U32, indom=2, short="on two")
     r.metric("on.three", 4, U32, indom=3)
@@ -177,7 +177,7 @@ def case_negative_instance(d: Path) -> list[Any]:
 def case_sentinel(d: Path) -> list[Any]:
     """NaN floats and doubles in a SENTINEL file (no value) and in a plain one (NaN)."""
     writers = []
-    for name, cluster, flags in (("sent", 60, fmt.FLAG_SENTINEL), ("plain", 61, 0)):
+    for name, cluster, flags in (("sent", 60, layout.FLAG_SENTINEL), ("plain", 61, 0)):
         r = Registry(d / name, cluster, flags).indom(1, [(0, "nan"), (1, "num")])
         r.metric("f", 1, FLOAT, indom=1).metric("d", 2, DOUBLE, indom=1).start()
         for metric in ("f", "d"):
@@ -191,7 +191,7 @@ def case_noprefix(d: Path) -> list[Any]:
     the agent's own ``mmv.control.reload``; the C agent keeps the first in directory order."""
     app = Registry(d / "app", 12).metric("x", 1, U32).metric("y", 2, U32)
     app.start().set("x", None, 1).set("y", None, 2)
-    np_ = Registry(d / "np", 10, fmt.FLAG_NOPREFIX)
+    np_ = Registry(d / "np", 10, layout.FLAG_NOPREFIX)
     np_.metric("app.x", 1, U32).metric("np_only", 2, U32).metric("control.reload", 3, U32)
     np_.start().set("app.x", None, 100).set("np_only", None, 200)
     return [app, np_]
@@ -202,7 +202,7 @@ def case_noprefix_order(d: Path) -> list[Any]:
     claimed first by ``app``, the first file in name order, as the C agent does."""
     app = Registry(d / "app", 0).metric("x", 1, U32).metric("y", 2, U32)
     app.start().set("x", None, 1).set("y", None, 2)
-    np_ = Registry(d / "np", 10, fmt.FLAG_NOPREFIX).metric("app.x", 1, U32)
+    np_ = Registry(d / "np", 10, layout.FLAG_NOPREFIX).metric("app.x", 1, U32)
     np_.metric("np_only", 2, U32).start().set("app.x", None, 100).set("np_only", None, 200)
     return [app, np_]
 
@@ -232,9 +232,9 @@ def case_shared(d: Path) -> list[Any]:
     on the same indom, each with instances of its own; one metric is served (PCP 7's
     ``mmv.control.metrics`` counts it once)."""
     for name, insts in (("cats", [(10, "Tom")]), ("dogs", [(0, "Fido"), (1, "Brutus")])):
-        b = mmvbuild.MmvBuilder(cluster=420, flags=fmt.FLAG_NOPREFIX)
+        b = mmvbuild.MmvBuilder(cluster=420, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(mmvbuild.Indom(1, [mmvbuild.Instance(i, n) for i, n in insts], "pets"))
-        b.metrics.append(mmvbuild.Metric("animals.tag", 33, U32, fmt.SEM_DISCRETE, 0, 1, "tag"))
+        b.metrics.append(mmvbuild.Metric("animals.tag", 33, U32, layout.SEM_DISCRETE, 0, 1, "tag"))
         b.values += [mmvbuild.Value("animals.tag", i, i) for i, _ in insts]
         b.write(d / name)
     return []
@@ -377,10 +377,10 @@ def headers(mmv_dir: Path) -> list[tuple[int, int]]:
     serve (they drop MMV_FLAG_PROCESS files whose writer is gone)."""
     out = []
     for path in sorted(mmv_dir.iterdir()):
-        head = path.read_bytes()[: fmt.HEADER_SIZE]
-        if len(head) == fmt.HEADER_SIZE:
-            _, _, _, _, _, flags, pid, cluster = fmt.HEADER.unpack(head)
-            if not (flags & fmt.FLAG_PROCESS and pid and not psutil.pid_exists(pid)):
+        head = path.read_bytes()[: layout.HEADER_SIZE]
+        if len(head) == layout.HEADER_SIZE:
+            _, _, _, _, _, flags, pid, cluster = layout.HEADER.unpack(head)
+            if not (flags & layout.FLAG_PROCESS and pid and not psutil.pid_exists(pid)):
                 out.append((cluster, flags))
     return out
 
@@ -389,10 +389,10 @@ def held_pids(mmv_dir: Path) -> bool:
     """Whether an MMV_FLAG_PROCESS file of the directory names a live process (1, init, in
     the corpus's "alive" cases) that is not its writer: every corpus writer has exited."""
     for path in sorted(mmv_dir.iterdir()):
-        head = path.read_bytes()[: fmt.HEADER_SIZE]
-        if len(head) == fmt.HEADER_SIZE:
-            _, _, _, _, _, flags, pid, _ = fmt.HEADER.unpack(head)
-            if flags & fmt.FLAG_PROCESS and pid > 0 and psutil.pid_exists(pid):
+        head = path.read_bytes()[: layout.HEADER_SIZE]
+        if len(head) == layout.HEADER_SIZE:
+            _, _, _, _, _, flags, pid, _ = layout.HEADER.unpack(head)
+            if flags & layout.FLAG_PROCESS and pid > 0 and psutil.pid_exists(pid):
                 return True
     return False
 
@@ -422,7 +422,7 @@ def observe(c: CAgent, ours: OurAgent, case: Path) -> Compared:
     r = Compared(
         *(case.name, c_tree, ours_tree, c_info, o_info, c_pmids, o_pmids, c_probe, o_probe),
         requested={cl for cl, _ in hdrs if cl},
-        sentinel=any(fl & fmt.FLAG_SENTINEL for _, fl in hdrs),
+        sentinel=any(fl & layout.FLAG_SENTINEL for _, fl in hdrs),
         held_pid=held_pids(case / "mmv"),
         window_us=window,
         spilled=spilled_names(case / "mmv"),

@@ -1,5 +1,5 @@
 """Per-file entry limits (issue 17: a single file too expensive to load within a request's
-budget is refused with a reason, not retried): :data:`pmda_mmv.layout.MAX_ENTRIES`,
+budget is refused with a reason, not retried): :data:`pmda_mmv.mmvfile.layout.MAX_ENTRIES`,
 checked from the TOC counts before any section is read, and the value slots (metrics x
 instances of their indoms).  Files from libpcp_mmv where it can write them, from the test
 byte builder where it cannot."""
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.errors import Refused
-from pmda_mmv.reader import MmvFile
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Refused
+from pmda_mmv.mmvfile.reader import MmvFile
 from tests import hostile
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder
 
-INSTANCES = fmt.MAX_ENTRIES[fmt.TOC_INSTANCES]
-SLOTS = fmt.MAX_ENTRIES[fmt.TOC_VALUES]
+INSTANCES = layout.MAX_ENTRIES[layout.TOC_INSTANCES]
+SLOTS = layout.MAX_ENTRIES[layout.TOC_VALUES]
 
 
 def _refused(path: Path) -> Refused:
@@ -71,7 +71,7 @@ def test_value_slots_up_to_the_limit_are_served(tmp_path: Path) -> None:
 
 
 def test_indoms_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
-    limit = fmt.MAX_ENTRIES[fmt.TOC_INDOMS]
+    limit = layout.MAX_ENTRIES[layout.TOC_INDOMS]
     for count, refused in ((limit, False), (limit + 1, True)):
         b = MmvBuilder(cluster=7)
         b.indoms += [Indom(s) for s in range(1, count + 1)]
@@ -85,7 +85,7 @@ def test_indoms_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
 
 
 def test_labels_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
-    limit = fmt.MAX_ENTRIES[fmt.TOC_LABELS]
+    limit = layout.MAX_ENTRIES[layout.TOC_LABELS]
     (path,) = hostile.label_flood(tmp_path, limit + 1)
     err = _refused(path)
     assert err.limit == limit and "labels sections hold" in err.message

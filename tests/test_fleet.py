@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv import pcpcompat
+from pmda_mmv.agent import pcpcompat
+from pmda_mmv.mmvfile import layout
 from tests.fleet.services import KeyServer, Pmproxy, Pmseries, Sample, record, require_fleet
 from tests.fleet.writer import FleetFile, write_fleet
 from tests.pmcd import MMV_DOMAIN, AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent, require_pcp
@@ -134,7 +134,7 @@ def wait_ingested(f: Fleet, timeout: float = 30) -> None:
 
 def expected(ff: FleetFile, metric: str, value: str) -> Any:
     """A pmseries value text as the Python value the writer set (strings unquoted)."""
-    return value[1:-1] if ff.metrics[metric].type == fmt.TYPE_STRING else float(value)
+    return value[1:-1] if ff.metrics[metric].type == layout.TYPE_STRING else float(value)
 
 
 def written(ff: FleetFile, metric: str, inst: str | None) -> Any:

@@ -1,4 +1,5 @@
-"""The glue (pmda_mmv.pmda) and its python3-pcp adapter (pmda_mmv.pcpcompat), imported and
+"""The glue (pmda_mmv.agent.pmda) and its python3-pcp adapter (pmda_mmv.agent.pcpcompat),
+imported and
 constructed without pmcd: python3-pcp's generation mode (PCP_PYTHON_DOMAIN, as pmdaproc.sh
 runs an agent at Install time) builds the agent and exits before any handshake."""
 
@@ -20,8 +21,8 @@ def agent_output(script: str, tmp_path: Path) -> list[str]:
     """The lines ``script`` prints, run with an ``agent`` (MmvPMDA over tmp_path) built in
     generation mode; the script must succeed."""
     prologue = (
-        "from pmda_mmv.options import parse_args\n"
-        "from pmda_mmv.pmda import MmvPMDA\n"
+        "from pmda_mmv.agent.options import parse_args\n"
+        "from pmda_mmv.agent.pmda import MmvPMDA\n"
         f"agent = MmvPMDA(parse_args(['--dir', {str(tmp_path)!r}, '--status-metrics']))\n"
         "logged = []\n"
         "agent.file_log.sink = logged.append\n"
@@ -85,7 +86,7 @@ def test_python3_pcp_private_attributes_are_touched_in_pcpcompat_only() -> None:
             assert "pmidhash" not in re.sub(r'""".*?"""|#.*', "", text, flags=re.S), path.name
 
 
-@pytest.mark.parametrize("module", ["serving", "control", "options"])
+@pytest.mark.parametrize("module", ["agent.serving", "agent.control", "agent.options"])
 def test_the_serving_model_needs_no_pcp(module: str) -> None:
     script = (
         "import sys\n"
@@ -104,8 +105,8 @@ def test_the_status_indom_makes_one_instid_per_new_file(tmp_path: Path) -> None:
     files: 250,000 constructions over 5 requests); each file's is made once, and the indom
     still names every file, a removed one gone."""
     script = (
-        "from pmda_mmv.filestate import FileState\n"
-        "from pmda_mmv import control\n"
+        "from pmda_mmv.directory.filestate import FileState\n"
+        "from pmda_mmv.agent import control\n"
         "states = agent.scanner.states\n"
         "def served():\n"
         "    indom = agent.pcp_tables.pmda._indoms[agent.indom(control.STATUS_SERIAL)]\n"
@@ -133,11 +134,11 @@ def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> 
     """Regression: each file arriving in an indom that files share rebuilt a pmdaInstid
     for every instance of every file; one file more makes its new instances' only, and
     the indom python3-pcp serves holds every instance, first name of an id first."""
-    from pmda_mmv import layout as fmt
+    from pmda_mmv.mmvfile import layout
     from tests import mmvbuild as mb
 
     def pets(path: Path, *insts: int) -> None:
-        b = mb.MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
+        b = mb.MmvBuilder(cluster=9, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(mb.Indom(2, [mb.Instance(i, f"{path.name}.{i}") for i in insts]))
         b.metrics.append(mb.Metric("pets.n", 1, indom=2))
         b.values += [mb.Value("pets.n", i, i) for i in insts]

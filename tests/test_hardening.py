@@ -42,8 +42,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzz.target import check_bytes, check_file
-from pmda_mmv import layout as fmt
-from pmda_mmv.filestate import NOT_READY_GRACE
+from pmda_mmv.directory.filestate import NOT_READY_GRACE
+from pmda_mmv.mmvfile import layout
 from tests import mmvbuild
 from tests.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 from tests.mmvbuild import single as one
@@ -213,8 +213,8 @@ def image(b: MmvBuilder, *patches: tuple[str, int, str, object]) -> mmvbuild.Ima
 def big_endian() -> tuple[bytes, str]:
     """sample(1) with its header written big-endian, as a big-endian writer would."""
     data = bytearray(sample(1).build().data)
-    fields = list(fmt.HEADER.unpack_from(data))
-    struct.pack_into(">" + fmt.HEADER.format[1:], data, 0, *fields)
+    fields = list(layout.HEADER.unpack_from(data))
+    struct.pack_into(">" + layout.HEADER.format[1:], data, 0, *fields)
     return bytes(data), "header.version at offset 4"
 
 
@@ -249,18 +249,18 @@ def corrupt_cases() -> dict[str, tuple[Callable[[], tuple[bytes, str]], str]]:
 
     def overlapping() -> tuple[bytes, str]:
         img = image(sample(2))
-        k = img.toc_index[fmt.TOC_VALUES]
-        img.patch("toc", k, "offset", img.get("toc", img.toc_index[fmt.TOC_METRICS], "offset"))
+        k = img.toc_index[layout.TOC_VALUES]
+        img.patch("toc", k, "offset", img.get("toc", img.toc_index[layout.TOC_METRICS], "offset"))
         return bytes(img.data), f"toc[{k}].offset at offset {img.at('toc', k, 'offset')}"
 
     def label_not_json() -> tuple[bytes, str]:
         img = image(sample(3))
-        img.patch("labels", 1, "payload", mmvbuild.cbytes("{dom: 1}", fmt.LABEL_PAYLOAD_SIZE))
+        img.patch("labels", 1, "payload", mmvbuild.cbytes("{dom: 1}", layout.LABEL_PAYLOAD_SIZE))
         return bytes(img.data), f"labels[1].payload at offset {img.at('labels', 1, 'payload')}"
 
     def label_unterminated() -> tuple[bytes, str]:
         img = image(sample(3))
-        img.patch("labels", 2, "payload", b"{" + b"x" * (fmt.LABEL_PAYLOAD_SIZE - 1))
+        img.patch("labels", 2, "payload", b"{" + b"x" * (layout.LABEL_PAYLOAD_SIZE - 1))
         return bytes(img.data), f"labels[2].payload at offset {img.at('labels', 2, 'payload')}"
 
     return {
@@ -271,14 +271,14 @@ def corrupt_cases() -> dict[str, tuple[Callable[[], tuple[bytes, str]], str]]:
         "hdr_cluster": (header("cluster", 4096, "header.cluster at offset 36"), "refused"),
         "big_endian": (big_endian, "refused"),
         "toc_values_past_end": (
-            patched(2, "toc", fmt.TOC_VALUES, "offset", 1 << 40),
+            patched(2, "toc", layout.TOC_VALUES, "offset", 1 << 40),
             "partial",
         ),
         "toc_values_count_minus1": (
-            patched(1, "toc", fmt.TOC_VALUES, "count", 0xFFFFFFFF, report="offset"),
+            patched(1, "toc", layout.TOC_VALUES, "count", 0xFFFFFFFF, report="offset"),
             "partial",
         ),
-        "toc_bad_type": (patched(2, "toc", fmt.TOC_STRINGS, "type", 77), "partial"),
+        "toc_bad_type": (patched(2, "toc", layout.TOC_STRINGS, "type", 77), "partial"),
         "overlapping_sections": (overlapping, "partial"),
         "entry_unknown_type": (patched(1, "metrics", 2, "type", 8), "partial"),
         "entry_v1_name_unterminated": (patched(1, "metrics", 0, "name", b"n" * 64), "partial"),
@@ -328,7 +328,7 @@ def test_partial_file_serves_what_is_valid(agent: Agent, scratch: Scratch) -> No
 def elapsed_overflow() -> MmvBuilder:
     """A running ELAPSED timer whose value plus the elapsed time exceeds int64."""
     b = MmvBuilder(cluster=5)
-    b.metrics += [Metric("e", 1, fmt.TYPE_ELAPSED), Metric("after", 2, fmt.TYPE_U32)]
+    b.metrics += [Metric("e", 1, layout.TYPE_ELAPSED), Metric("after", 2, layout.TYPE_U32)]
     b.values += [Value("e", None, (1 << 63) - 1, extra=-1), Value("after", None, 7)]
     return b
 
@@ -350,7 +350,7 @@ LABELS_PCP_REJECTS = {"space": '{"bad key":1}', "digit": '{"9lives":1}', "nan": 
 def test_label_pcp_rejects_is_explained(agent: Agent, scratch: Scratch, case: str) -> None:
     b = one(cluster=30, version=3)
     payload = LABELS_PCP_REJECTS[case]
-    b.labels += [Label(fmt.LABEL_ITEM, 1, '{"ok":1}'), Label(fmt.LABEL_ITEM, 1, payload)]
+    b.labels += [Label(layout.LABEL_ITEM, 1, '{"ok":1}'), Label(layout.LABEL_ITEM, 1, payload)]
     path = scratch.put(f"badlabel_{case}", b)
     agent.assert_alive()
     at = b.build().at("labels", 1, "payload")
@@ -360,9 +360,9 @@ def test_label_pcp_rejects_is_explained(agent: Agent, scratch: Scratch, case: st
 
 
 CASCADES = {  # name: (section, index, field, value, state: refused when no metric is left)
-    "metrics_count_minus1": ("toc", fmt.TOC_METRICS, "count", 0xFFFFFFFF, "refused"),
-    "metrics_past_end": ("toc", fmt.TOC_METRICS, "offset", 1 << 40, "refused"),
-    "indoms_count_minus1": ("toc", fmt.TOC_INDOMS, "count", 0xFFFFFFFF, "partial"),
+    "metrics_count_minus1": ("toc", layout.TOC_METRICS, "count", 0xFFFFFFFF, "refused"),
+    "metrics_past_end": ("toc", layout.TOC_METRICS, "offset", 1 << 40, "refused"),
+    "indoms_count_minus1": ("toc", layout.TOC_INDOMS, "count", 0xFFFFFFFF, "partial"),
     "instance_bad_backref": ("instances", 1, "indom", 8, "partial"),
     "instance_duplicate_id": ("instances", 1, "internal", 0, "partial"),
 }
@@ -382,7 +382,7 @@ def test_one_defect_is_one_log_line(agent: Agent, scratch: Scratch, name: str) -
 
 def strings_file() -> mmvbuild.Image:
     b = MmvBuilder(cluster=31, version=2)
-    b.metrics += [Metric("text", 1, fmt.TYPE_STRING), Metric("n", 2)]
+    b.metrics += [Metric("text", 1, layout.TYPE_STRING), Metric("n", 2)]
     b.values += [Value("text", None, "hello"), Value("n", None, 4)]
     return b.build()
 
@@ -403,7 +403,7 @@ def test_live_string_offset_tampering(agent: Agent, scratch: Scratch, extra: int
     with open(path, "r+b") as f:
         if extra == "unterminated":
             f.seek(img.get("values", 0, "extra"))
-            f.write(b"x" * fmt.STRING_SIZE)
+            f.write(b"x" * layout.STRING_SIZE)
         else:
             f.seek(img.at("values", 0, "extra"))
             f.write(struct.pack("=q", extra))
@@ -757,7 +757,7 @@ def test_owner_policy_under_pmcd(owners_agent: Agent) -> None:
 
 
 def noprefix(cluster: int, *names: str, value: int = 999) -> MmvBuilder:
-    b = MmvBuilder(cluster=cluster, flags=fmt.FLAG_NOPREFIX)
+    b = MmvBuilder(cluster=cluster, flags=layout.FLAG_NOPREFIX)
     for item, name in enumerate(names, 1):
         b.metrics.append(Metric(name, item))
         b.values.append(Value(name, None, value))
@@ -933,7 +933,7 @@ def test_process_flag_pids(agent: Agent, scratch: Scratch, case: str, served: st
         # can be its writer, whatever runs on this machine meanwhile
         "one": (1, int(psutil.Process(1).create_time() + 1) << 32),
     }[case]
-    b = one(cluster=27, value=11, flags=fmt.FLAG_PROCESS, process=pid, generation=generation)
+    b = one(cluster=27, value=11, flags=layout.FLAG_PROCESS, process=pid, generation=generation)
     path = scratch.put(f"pid_{case}", b)
     got = agent.probe(f"mmv.pid_{case}.v")[f"mmv.pid_{case}.v"]
     if not served:  # a live writer (the agent cannot read this test's maps: root's)
@@ -1092,17 +1092,21 @@ def test_regression_input(path: Path, tmp_path: Path) -> None:
     check_bytes(path.read_bytes(), str(tmp_path / "f"))
 
 
-SEEDS = [bytes(sample(v, labels).build().data) for v in fmt.VERSIONS for labels in (False, True)]
+SEEDS = [bytes(sample(v, labels).build().data) for v in layout.VERSIONS for labels in (False, True)]
 
 
 def mutable_spans(data: bytes) -> list[tuple[int, int]]:
     """Header, TOC and every section of a valid file (offsets from its own TOC)."""
     tocs = struct.unpack_from("=i", data, 24)[0]
     version = struct.unpack_from("=i", data, 4)[0]
-    spans = [(0, fmt.HEADER_SIZE + tocs * fmt.TOC_SIZE)]
+    spans = [(0, layout.HEADER_SIZE + tocs * layout.TOC_SIZE)]
     for k in range(tocs):
-        ttype, count, offset = fmt.TOC.unpack_from(data, fmt.HEADER_SIZE + k * fmt.TOC_SIZE)
-        spans.append((offset, offset + count * fmt.ENTRY_SIZE[(ttype, fmt.entry_layout(version))]))
+        ttype, count, offset = layout.TOC.unpack_from(
+            data, layout.HEADER_SIZE + k * layout.TOC_SIZE
+        )
+        spans.append(
+            (offset, offset + count * layout.ENTRY_SIZE[(ttype, layout.entry_layout(version))])
+        )
     return spans
 
 

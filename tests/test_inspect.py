@@ -17,9 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import dump, pcpcompat, pcpenv, verdict
-from pmda_mmv import layout as fmt
-from pmda_mmv.reader import MmvFile
+from pmda_mmv.agent import pcpcompat
+from pmda_mmv.commands import check as check_cmd
+from pmda_mmv.commands import dump, pcpenv
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
 from tests import mmvbuild as mb
 from tests.mmvbuild import FIELDS, Image, Indom, Instance, Metric, MmvBuilder, Value, sample
 from tests.writers import reference
@@ -37,7 +39,7 @@ def run_cli(*args: str, python_flags: tuple[str, ...] = ()) -> subprocess.Comple
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
 
 
-COMMANDS = {"check": verdict.main, "dump": dump.main}
+COMMANDS = {"check": check_cmd.main, "dump": dump.main}
 
 
 def main(capsys: pytest.CaptureFixture[str], command: str, *args: str) -> tuple[int, str]:
@@ -183,7 +185,7 @@ def test_usage_errors_exit_two(capsys, command: str, args: list[str]) -> None:
 
 
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    assert verdict.main(["--help"]) == 0
+    assert check_cmd.main(["--help"]) == 0
     assert "FILE|DIR" in capsys.readouterr().out
 
 
@@ -225,7 +227,8 @@ def test_dump_json_has_every_field(capsys, tmp_path: Path, version: int) -> None
     )
     toc = [(t["index"], t["at"], t["type"], t["count"], t["offset"]) for t in doc["toc"]]
     assert toc == [
-        (k, at, *(fmt.TOC.unpack_from(image.data, at))) for k, at in enumerate(image.entries["toc"])
+        (k, at, *(layout.TOC.unpack_from(image.data, at)))
+        for k, at in enumerate(image.entries["toc"])
     ]
     [indom] = doc["indoms"]
     assert (indom["serial"], indom["offset"], indom["count"]) == (3, image.at("indoms", 0), 3)
@@ -262,12 +265,12 @@ def test_dump_json_has_every_field(capsys, tmp_path: Path, version: int) -> None
 
 
 def test_dump_json_absent_values_and_raw_bytes(capsys, tmp_path: Path) -> None:
-    b = MmvBuilder(flags=fmt.FLAG_SENTINEL)
+    b = MmvBuilder(flags=layout.FLAG_SENTINEL)
     b.metrics += [
-        Metric("u", 1, fmt.TYPE_U64),
-        Metric("d", 2, fmt.TYPE_DOUBLE),
-        Metric("n", 3, fmt.TYPE_NOSUPPORT),
-        Metric("e", 4, fmt.TYPE_ELAPSED),
+        Metric("u", 1, layout.TYPE_U64),
+        Metric("d", 2, layout.TYPE_DOUBLE),
+        Metric("n", 3, layout.TYPE_NOSUPPORT),
+        Metric("e", 4, layout.TYPE_ELAPSED),
     ]
     b.values += [
         Value("u", None, b"\xff" * 8),
@@ -344,7 +347,7 @@ def test_dump_text_of_refused_file(capsys, files) -> None:
 # -- units ------------------------------------------------------------------------------------
 
 UNITS_WORDS = st.builds(
-    fmt.units_word,
+    layout.units_word,
     st.integers(-8, 7),
     st.integers(-8, 7),
     st.integers(-8, 7),
@@ -368,9 +371,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
     """The fallback prints what PCP 6 prints; where the installed libpcp reads the low 8
     bits (PCP 7.2's extra units, pcpcompat.extra_units) the fallback still ignores them."""
     named = pcpcompat.count_scale_named()
-    assert fmt.format_units(word | pad, named) == fmt.format_units(word, named)
+    assert layout.format_units(word | pad, named) == layout.format_units(word, named)
     shown = pcp_units(word | pad) if not pcpcompat.extra_units() else pcp_units(word)
-    assert fmt.format_units(word | pad, named) == shown
+    assert layout.format_units(word | pad, named) == shown
 
 
 @pytest.mark.parametrize(
@@ -392,9 +395,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
 )
 def test_fallback_units_examples(kwargs: dict[str, int], text: str) -> None:
     """PCP 6's texts; PCP 7 names ``count`` for a count scale alone."""
-    assert fmt.format_units(fmt.units_word(**kwargs), count_scale_named=False) == text
+    assert layout.format_units(layout.units_word(**kwargs), count_scale_named=False) == text
     pcp7 = f"count {text}" if text.startswith("x 10") else text
-    assert fmt.format_units(fmt.units_word(**kwargs)) == pcp7
+    assert layout.format_units(layout.units_word(**kwargs)) == pcp7
 
 
 def test_check_and_dump_work_without_python3_pcp(files) -> None:
@@ -597,7 +600,7 @@ def v2_instance_offsets(doc: dict[str, Any], c: CDump) -> dict[int, tuple[int, i
     if doc["header"]["version"] == 1:
         return c.instances
     starts = [off for _, _, s, off, _ in c.toc if s == "instances"]
-    v1, v2 = fmt.INSTANCE_V1.size, fmt.INSTANCE_V2.size
+    v1, v2 = layout.INSTANCE_V1.size, layout.INSTANCE_V2.size
     out = {}
     for off, inst in c.instances.items():
         start = max(s for s in starts if s <= off)
@@ -628,17 +631,17 @@ def compare_indoms(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) -
                 (d["serial"], i["internal"], i["external"]),
                 c.instances.get(i["offset"]),
             )
-    isize = fmt.ENTRY_SIZE[(fmt.TOC_INSTANCES, fmt.entry_layout(doc["header"]["version"]))]
+    isize = layout.ENTRY_SIZE[(layout.TOC_INSTANCES, layout.entry_layout(doc["header"]["version"]))]
     ours_inst = {i["offset"] for d in doc["indoms"] for i in d["instances"]}
     for off in set(c.instances) - ours_inst:
         bad.check(f"{where} instance@{off}", within_problem(doc, off, isize), "dropped silently")
     for off in set(c.indoms) - set(ours_at):
-        bad.check(f"{where} indom@{off}", within_problem(doc, off, fmt.INDOM.size), "dropped")
+        bad.check(f"{where} indom@{off}", within_problem(doc, off, layout.INDOM.size), "dropped")
 
 
 def compare_metrics(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) -> set[int]:
     """Returns the items of the metrics we rejected (their values are not ours either)."""
-    msize = fmt.ENTRY_SIZE[(fmt.TOC_METRICS, fmt.entry_layout(doc["header"]["version"]))]
+    msize = layout.ENTRY_SIZE[(layout.TOC_METRICS, layout.entry_layout(doc["header"]["version"]))]
     ours = {m["offset"]: m for m in doc["metrics"]}
     for off, m in ours.items():
         cm = c.metrics.get(off, {})
@@ -674,19 +677,19 @@ def compare_metrics(bad: Mismatches, where: str, doc: dict[str, Any], c: CDump) 
 def value_text(bad: Mismatches, where: str, v: dict[str, Any], text: str) -> None:
     """Compare one value with mmvdump's text after the metric name and instance."""
     mtype = v["mtype"]
-    if mtype == fmt.TYPE_NOSUPPORT:
+    if mtype == layout.TYPE_NOSUPPORT:
         bad.eq(where, text, f"Unknown type {mtype}")
         return
     if not text.startswith(" = "):
         bad.check(where, False, f"cannot parse {text!r}")
         return
     shown = text[3:]
-    if mtype == fmt.TYPE_ELAPSED:
+    if mtype == layout.TYPE_ELAPSED:
         m = re.fullmatch(r"-?\d+ \(value=(-?\d+)/extra=(-?\d+)\)", shown)
         bad.eq(where, (v["raw"], v["extra"]), (int(m[1]), int(m[2])) if m else shown)
-    elif mtype == fmt.TYPE_STRING:
+    elif mtype == layout.TYPE_STRING:
         bad.eq(where, f'"{v["raw"]}"', shown)
-    elif mtype in (fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE):
+    elif mtype in (layout.TYPE_FLOAT, layout.TYPE_DOUBLE):
         ours = float(v["raw"])
         theirs = float(shown)
         same = (math.isnan(ours) and math.isnan(theirs)) or math.isclose(
@@ -719,7 +722,7 @@ def compare_values(
         )
     for off in set(c.values) - set(ours):
         item = c.values[off][0]
-        explained = item in rejected_items or within_problem(doc, off, fmt.VALUE_SIZE)
+        explained = item in rejected_items or within_problem(doc, off, layout.VALUE_SIZE)
         bad.check(f"{where} value@{off}", explained, "dropped silently")
 
 
@@ -736,7 +739,7 @@ def compare_strings_labels(bad: Mismatches, where: str, doc: dict[str, Any], c: 
             (cl.get("payload"), cl.get("flags"), cl.get("identity"), cl.get("internal")),
         )
     for off in set(c.labels) - set(ours):
-        bad.check(f"{where} label@{off}", within_problem(doc, off, fmt.LABEL.size), "dropped")
+        bad.check(f"{where} label@{off}", within_problem(doc, off, layout.LABEL.size), "dropped")
 
 
 def test_dump_agrees_with_mmvdump_on_every_corpus_file(mmv_corpus: Path, corpus_dump) -> None:
@@ -820,9 +823,13 @@ def our_names(corpus_dump: dict[str, dict[str, Any]], case: Path, served: bool =
         if "metrics" not in doc:
             continue
         h = doc["header"]
-        if served and h["flags"] & fmt.FLAG_PROCESS and not os.path.exists(f"/proc/{h['process']}"):
+        if (
+            served
+            and h["flags"] & layout.FLAG_PROCESS
+            and not os.path.exists(f"/proc/{h['process']}")
+        ):
             continue
-        prefix = "mmv." if h["flags"] & fmt.FLAG_NOPREFIX else f"mmv.{path.name}."
+        prefix = "mmv." if h["flags"] & layout.FLAG_NOPREFIX else f"mmv.{path.name}."
         names |= {prefix + m["name"] for m in doc["metrics"]}
     return names
 
@@ -875,9 +882,9 @@ def test_check_statuses_on_the_corpus(mmv_corpus: Path) -> None:
     }
     exited = {}
     for path in corpus_files(mmv_corpus):
-        head = fmt.HEADER.unpack(path.read_bytes()[: fmt.HEADER_SIZE])
+        head = layout.HEADER.unpack(path.read_bytes()[: layout.HEADER_SIZE])
         flags, pid = head[5], head[6]
-        if flags & fmt.FLAG_PROCESS and pid != 0:
+        if flags & layout.FLAG_PROCESS and pid != 0:
             exited[str(path.relative_to(mmv_corpus))] = ("no-writer", ["header.process"])
     assert len(exited) > 3
     assert verdicts == {
@@ -907,8 +914,8 @@ def defect_file(defect: str) -> tuple[MmvBuilder | Image, list[str], str]:
     agent's ``pminfo -f`` output matches because it served bytes it should not trust)."""
     if defect == "v1-name-not-terminated":
         b = MmvBuilder()  # item 0 follows the name: its first byte ends the C's strcat
-        b.metrics += [Metric(b"n" * fmt.NAME_SIZE, 0), Metric("ok", 1)]
-        b.values += [Value(b"n" * fmt.NAME_SIZE, None, 7), Value("ok", None, 8)]
+        b.metrics += [Metric(b"n" * layout.NAME_SIZE, 0), Metric("ok", 1)]
+        b.values += [Value(b"n" * layout.NAME_SIZE, None, 7), Value("ok", None, 8)]
         return b, ["metrics[0].name"], r"(?m)^mmv\.bad\.n{64}\n    value 7$"
     if defect == "v2-name-offset-0":
         b = MmvBuilder(version=2)
@@ -917,7 +924,7 @@ def defect_file(defect: str) -> tuple[MmvBuilder | Image, list[str], str]:
         return b, ["metrics[0].name"], r"(?m)^mmv\.bad\.MMV\n    value 7$"  # the magic
     if defect == "string-value-4-byte-check":
         b = MmvBuilder()
-        b.metrics += [Metric("text", 1, fmt.TYPE_STRING), Metric("ok", 2)]
+        b.metrics += [Metric("text", 1, layout.TYPE_STRING), Metric("ok", 2)]
         b.values += [Value("text", None, "hello"), Value("ok", None, 8)]
         image = b.build()
         image.patch("values", 0, "extra", len(image.data) - 8)  # 248 bytes past EOF
@@ -947,7 +954,7 @@ def test_c_reference_defects(c_reference, tmp_path: Path, defect: str) -> None:
         assert [p.field for p in mf.problems] == fields
         values = {(m.name, i.internal if i else None): v for m, i, v in mf.values()}
     assert values[("ok", None)] == 8
-    assert not any(name in ("MMV", "n" * fmt.NAME_SIZE) for name, _ in values)
+    assert not any(name in ("MMV", "n" * layout.NAME_SIZE) for name, _ in values)
     assert ("text", None) not in values and ("multi", 5) not in values
 
 
@@ -962,8 +969,8 @@ def test_layout_offsets_agree_with_the_builder() -> None:
     builder computes on its own from the same formats, for every record, and the offsets
     the old messages typed by hand."""
     for st_, names in FIELDS.items():
-        assert isinstance(st_, fmt.Record)
+        assert isinstance(st_, layout.Record)
         assert st_.names == names and st_.at == mb.field_offsets(st_)
-    assert (fmt.HEADER.at["process"], fmt.HEADER.at["cluster"]) == (32, 36)
-    assert fmt.header_field("cluster") == "header.cluster at offset 36"
-    assert fmt.METRIC_V2.offset(1000, "indom") == 1024 and fmt.TOC.offset(40, "offset") == 48
+    assert (layout.HEADER.at["process"], layout.HEADER.at["cluster"]) == (32, 36)
+    assert layout.header_field("cluster") == "header.cluster at offset 36"
+    assert layout.METRIC_V2.offset(1000, "indom") == 1024 and layout.TOC.offset(40, "offset") == 48

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import pcpcompat
+from pmda_mmv.agent import pcpcompat
 from tests import mmvbuild
 from tests.pmcd import CHECKOUT, LAUNCHER, pcp_config, require_pcp
 
@@ -233,7 +233,7 @@ def test_launcher_names_what_is_missing(tmp_path: Path, system_site: bool) -> No
     subprocess.run(argv + (["--system-site-packages"] if system_site else []), check=True)
     done = check_python(venv)
     assert done.returncode == 1
-    assert "pmda_mmv.pmda:" in done.stderr
+    assert "pmda_mmv.agent.pmda:" in done.stderr
     # python3-pcp comes only through the system site-packages, and so do watchdog and
     # psutil where Debian's python3-watchdog and python3-psutil are installed
     for module in ("pcp.pmda", "watchdog", "psutil"):
@@ -292,7 +292,7 @@ def test_wheel_in_a_fresh_venv_installs_serves_and_removes(stock: Stock) -> None
         sh(venv / "bin" / "pip", "install", "-q", "--no-index", str(wheel), cwd=work)
         # the wheel carries the agent's directory and the man page
         agent = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        agent = agent / "site-packages" / "pmda_mmv" / "agent"
+        agent = agent / "site-packages" / "pmda_mmv" / "pmdadir"
         assert sorted(p.name for p in agent.iterdir()) == sorted(
             ["Install", "Remove", "domain.h", "pmdammv", "root_mmv"]
         )
@@ -340,7 +340,7 @@ def test_install_and_remove_refuse_without_root_and_bad_options(
     assert bad.returncode == 2 and "--max-size" in bad.stderr
     extra = subprocess.run([*pmda_mmv, "remove", "extra"], capture_output=True, text=True)
     assert extra.returncode == 2 and "unrecognized arguments: extra" in extra.stderr
-    from pmda_mmv import install
+    from pmda_mmv.commands import install
 
     monkeypatch.setattr(os, "geteuid", lambda: 65534)
     for command, argv in (("install", []), ("install", ["--refresh"]), ("remove", [])):

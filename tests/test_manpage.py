@@ -91,7 +91,7 @@ def test_the_options_documented_are_the_options(
 
 
 def test_pmda_parser_is_the_one_the_agent_parses_with(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pmda_mmv.options import parser
+    from pmda_mmv.agent.options import parser
 
     assert options_of(command_parser("pmda", monkeypatch)) == options_of(parser())
     assert "--max-total" in options_of(parser())

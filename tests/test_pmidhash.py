@@ -1,4 +1,4 @@
-"""pmda_mmv.pmidhash: the PMID hash's node count, kept to the PMIDs really hashed.
+"""pmda_mmv.agent.pmidhash: the PMID hash's node count, kept to the PMIDs really hashed.
 
 python3-pcp calls libpcp_pmda's ``pmdaRehash`` at every metric-table change; before PCP
 7.0.1 (upstream 737a18aca2) the hash's node count only ever grows, and with it the bucket
@@ -21,9 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv import pcpcompat
-from pmda_mmv.pmidhash import (
+from pmda_mmv.agent import pcpcompat
+from pmda_mmv.agent.pmidhash import (
     NODES,
     PMDA_EXT_FLAG_HASHED,
     EExtHead,
@@ -32,6 +31,7 @@ from pmda_mmv.pmidhash import (
     PmidHashCount,
     writable_regions,
 )
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import Metric, MmvBuilder, Value
 from tests.pmcd import PrivatePmcd, our_agent
 
@@ -39,7 +39,7 @@ REBUILDS = textwrap.dedent(
     """
     import ctypes
     from pcp.pmda import pmdaMetric  # pmda.h's pmdaMetric, as ctypes
-    from pmda_mmv.pmidhash import PmidHashCount
+    from pmda_mmv.agent.pmidhash import PmidHashCount
 
     class Mallinfo2(ctypes.Structure):  # glibc <malloc.h> struct mallinfo2
         _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -224,7 +224,7 @@ def test_locate_finds_python3_pcp_s_own_dispatch(domain: int) -> None:
     script = (
         "import cpmda\n"
         "from pcp.pmda import PMDA\n"
-        "from pmda_mmv.pmidhash import PmidHashCount, locate\n"
+        "from pmda_mmv.agent.pmidhash import PmidHashCount, locate\n"
         f"agent = PMDA('probe', {domain})\n"
         f"count = locate({domain}, cpmda.__file__)\n"
         "assert isinstance(count, PmidHashCount), count\n"
@@ -256,7 +256,7 @@ def test_writable_regions_cover_the_loaded_module() -> None:
 def wide(cluster: int, metrics: int) -> MmvBuilder:
     b = MmvBuilder(cluster=cluster)
     for item in range(metrics):
-        b.metrics.append(Metric(f"m{item}", item + 1, fmt.TYPE_U32, fmt.SEM_INSTANT, 0, None))
+        b.metrics.append(Metric(f"m{item}", item + 1, layout.TYPE_U32, layout.SEM_INSTANT, 0, None))
         b.values.append(Value(f"m{item}", None, item))
     return b
 

@@ -26,10 +26,10 @@ import psutil
 import pytest
 
 import pmda_mmv
-from pmda_mmv import layout as fmt
-from pmda_mmv import prune
-from pmda_mmv.liveness import PID_SLACK
-from pmda_mmv.reader import MmvFile
+from pmda_mmv.commands import prune
+from pmda_mmv.directory.liveness import PID_SLACK
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
 from tests.mmvbuild import sample
 from tests.pmcd import PrivatePmcd, make_dir, our_agent
 
@@ -57,7 +57,7 @@ class Writers:
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(
-        self, path: Path, *, flags: int = fmt.FLAG_PROCESS, user: int | None = None
+        self, path: Path, *, flags: int = layout.FLAG_PROCESS, user: int | None = None
     ) -> subprocess.Popen[str]:
         cluster = 100 + len(self.procs)
         proc = subprocess.Popen(
@@ -113,14 +113,14 @@ def later() -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
 def set_pid(path: Path, pid: int) -> None:
     """Write ``pid`` into the header of ``path`` (``header.process``)."""
     with open(path, "r+b") as f:
-        f.seek(fmt.HEADER.at["process"])
+        f.seek(layout.HEADER.at["process"])
         f.write(struct.pack("=i", pid))
 
 
 def created(path: Path) -> float:
     """When ``path`` was created, from its generation number (as the agent reads it)."""
-    g1 = struct.unpack_from("=Q", path.read_bytes(), fmt.HEADER.at["g1"])[0]
-    when = fmt.generation_time(g1, time.time())
+    g1 = struct.unpack_from("=Q", path.read_bytes(), layout.HEADER.at["g1"])[0]
+    when = layout.generation_time(g1, time.time())
     assert when is not None
     return when
 
@@ -171,10 +171,10 @@ def populate(
     (d / "link").symlink_to(outside)  # a symlink to a departed writer's file
     (d / "junk").write_bytes(b"not an MMV file" * 4)
     dead = sample()
-    dead.flags, dead.process = fmt.FLAG_PROCESS, 0
+    dead.flags, dead.process = layout.FLAG_PROCESS, 0
     dead.write(d / "pid0")  # PROCESS with no pid: served as the C agent does, kept
     minus = sample()
-    minus.flags, minus.process = fmt.FLAG_PROCESS, -1
+    minus.flags, minus.process = layout.FLAG_PROCESS, -1
     minus.write(d / "minus")  # no such process: the agent calls it exited, so does prune
     time.sleep(max(0.0, created(reused) + PID_SLACK + 0.5 - time.time()))
     newcomer = later()
@@ -185,7 +185,7 @@ def populate(
 
 def said(line: str, start: str, pid: int) -> bool:
     """``line`` starts with ``start`` and gives the reason of a departed writer ``pid``
-    (liveness's words: pmda_mmv.liveness)."""
+    (liveness's words: pmda_mmv.directory.liveness)."""
     return line.startswith(start) and f" {pid} " in line and "(MMV_FLAG_PROCESS)" in line
 
 
@@ -202,7 +202,7 @@ def test_prune_removes_exactly_the_files_of_departed_writers(
     dry = run_prune("--dry-run", str(d))
     assert dry.returncode == 0, dry.stderr
     assert {p.name for p in d.iterdir()} == every  # nothing removed
-    # the reasons are liveness's words (pmda_mmv.liveness): the facts are checked here
+    # the reasons are liveness's words (pmda_mmv.directory.liveness): the facts are checked here
     *removals, summary = dry.stdout.splitlines()
     assert [ln.split(": ", 1)[0] for ln in removals] == [
         f"would remove {d}/{n}" for n in ("exited", "minus", "reused")
@@ -409,7 +409,7 @@ def test_a_live_writer_is_kept_after_the_clock_was_stepped_forward(
     d = make_dir(tmp_path / "mmv")
     proc = writers.start(d / "live")
     with open(d / "live", "r+b") as f:
-        at = fmt.HEADER.at
+        at = layout.HEADER.at
         f.seek(at["g1"])
         g1 = struct.unpack("=Q", f.read(8))[0]
         g1 = ((g1 >> 32) - 60) << 32

@@ -1,4 +1,4 @@
-"""pmda_mmv.reader: one test per validation rule (builder files), values, live changes, and
+"""pmda_mmv.mmvfile.reader: one test per validation rule (builder files), values, live changes, and
 files from real writers (pcp.mmv, libpcp_mmv, pcp-testsuite captures)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.decode import NO_VALUE, UNSUPPORTED
-from pmda_mmv.entries import Label as EntryLabel
-from pmda_mmv.errors import Changed, Corrupt, MmvError, NotReady, Refused
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.rules import label_set_problem, merge_labels
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
+from pmda_mmv.mmvfile.entries import Label as EntryLabel
+from pmda_mmv.mmvfile.errors import Changed, Corrupt, MmvError, NotReady, Refused
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.mmvfile.rules import label_set_problem, merge_labels
 from tests import mmvbuild as mb
 from tests.mmvbuild import Image, Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
@@ -103,7 +103,7 @@ def test_section_order_does_not_matter(load: Loader) -> None:
     b = sample(3)
     b.order = tuple(reversed(mb.DEFAULT_ORDER))
     mf, image = load(b)
-    assert image.toc_index[fmt.TOC_LABELS] == 0
+    assert image.toc_index[layout.TOC_LABELS] == 0
     assert mf.status == "ok"
     assert values_of(mf) == expected_values(b)
     assert [lab.payload for lab in mf.labels] == [str(lab.payload) for lab in b.labels]
@@ -114,17 +114,17 @@ def test_labels_are_honoured_in_a_v1_file(load: Loader) -> None:
     assert mf.status == "ok"
     kinds = [(lab.kind, lab.identity, lab.internal, lab.optional) for lab in mf.labels]
     assert kinds == [
-        (fmt.LABEL_CLUSTER, 12, -1, False),
-        (fmt.LABEL_INDOM, 3, -1, False),
-        (fmt.LABEL_ITEM, 1, -1, True),
-        (fmt.LABEL_INSTANCES, 3, 7, False),
+        (layout.LABEL_CLUSTER, 12, -1, False),
+        (layout.LABEL_INDOM, 3, -1, False),
+        (layout.LABEL_ITEM, 1, -1, True),
+        (layout.LABEL_INSTANCES, 3, 7, False),
     ]
 
 
 def test_limits_themselves_are_accepted(load: Loader) -> None:
-    b = MmvBuilder(cluster=fmt.MAX_CLUSTER)
-    b.indoms.append(Indom(fmt.MAX_SERIAL, [Instance(-(2**31), "min"), Instance(2**31 - 1, "x")]))
-    b.metrics += [Metric("a", fmt.MAX_ITEM, indom=fmt.MAX_SERIAL), Metric("b" * 63, 0)]
+    b = MmvBuilder(cluster=layout.MAX_CLUSTER)
+    b.indoms.append(Indom(layout.MAX_SERIAL, [Instance(-(2**31), "min"), Instance(2**31 - 1, "x")]))
+    b.metrics += [Metric("a", layout.MAX_ITEM, indom=layout.MAX_SERIAL), Metric("b" * 63, 0)]
     b.values += [Value("a", -(2**31), 1), Value("a", 2**31 - 1, 2), Value("b" * 63, None, 3)]
     mf, _ = load(b)
     assert mf.status == "ok"
@@ -144,7 +144,7 @@ def test_empty_indom_and_metric_without_values(load: Loader) -> None:
 
 def test_header_fields_and_created_time(load: Loader) -> None:
     g1 = (1_700_000_000 << 32) | 250_000
-    b = MmvBuilder(version=2, flags=fmt.FLAG_PROCESS, process=4321, cluster=7, generation=g1)
+    b = MmvBuilder(version=2, flags=layout.FLAG_PROCESS, process=4321, cluster=7, generation=g1)
     mf, _ = load(b)
     h = mf.header
     assert (h.version, h.g1, h.g2, h.tocs, h.flags, h.process, h.cluster) == (
@@ -152,7 +152,7 @@ def test_header_fields_and_created_time(load: Loader) -> None:
         g1,
         g1,
         2,
-        fmt.FLAG_PROCESS,
+        layout.FLAG_PROCESS,
         4321,
         7,
     )
@@ -164,8 +164,8 @@ def test_header_fields_and_created_time(load: Loader) -> None:
 
 
 def test_file_smaller_than_header(tmp_path: Path) -> None:
-    e = refuse(tmp_path, sample().build().data[: fmt.HEADER_SIZE - 1], Refused)
-    assert (e.field, e.offset, e.limit) == ("file.size", 0, fmt.HEADER_SIZE)
+    e = refuse(tmp_path, sample().build().data[: layout.HEADER_SIZE - 1], Refused)
+    assert (e.field, e.offset, e.limit) == ("file.size", 0, layout.HEADER_SIZE)
 
 
 def test_empty_file_is_not_ready(tmp_path: Path) -> None:
@@ -229,16 +229,16 @@ def test_toc_past_end_of_file(tmp_path: Path) -> None:
     assert (e.field, e.offset) == ("header.tocs", 24)
 
 
-@pytest.mark.parametrize("cluster", [-1, fmt.MAX_CLUSTER + 1, -(2**31)])
+@pytest.mark.parametrize("cluster", [-1, layout.MAX_CLUSTER + 1, -(2**31)])
 def test_cluster_out_of_range(tmp_path: Path, cluster: int) -> None:
     image = sample().build().patch("header", 0, "cluster", cluster)
     e = refuse(tmp_path, image, Refused)
-    assert (e.field, e.offset, e.limit) == ("header.cluster", 36, fmt.MAX_CLUSTER)
+    assert (e.field, e.offset, e.limit) == ("header.cluster", 36, layout.MAX_CLUSTER)
 
 
 def test_unknown_flag_bits_are_reported_not_refused(load: Loader) -> None:
     b = sample()
-    b.header["flags"] = fmt.FLAG_SENTINEL | 0x40
+    b.header["flags"] = layout.FLAG_SENTINEL | 0x40
     mf, image = load(b)
     p = only_problem(mf, "header.flags")
     assert p.offset == image.at("header", 0, "flags") == 28
@@ -280,7 +280,7 @@ def test_file_larger_than_max_size(tmp_path: Path) -> None:
 
 def test_bad_toc_type(load: Loader) -> None:
     b = sample()
-    b.extra_toc.append((7, 1, fmt.HEADER_SIZE))
+    b.extra_toc.append((7, 1, layout.HEADER_SIZE))
     mf, image = load(b)
     k = len(image.entries["toc"]) - 1
     p = only_problem(mf, f"toc[{k}].type")
@@ -291,8 +291,8 @@ def test_bad_toc_type(load: Loader) -> None:
 @pytest.mark.parametrize(
     ("toc_type", "limit"),
     [  # METRICS: no count limit of its own (past 1023 they spill), tests/test_spill.py
-        (fmt.TOC_INDOMS, fmt.MAX_SERIAL),
-        (fmt.TOC_LABELS, fmt.MAX_LABELS),
+        (layout.TOC_INDOMS, layout.MAX_SERIAL),
+        (layout.TOC_LABELS, layout.MAX_LABELS),
     ],
 )
 @pytest.mark.parametrize("over", [1, 2**32 - 1])  # 2**32 - 1: a count of -1 read unsigned
@@ -306,11 +306,11 @@ def test_section_count_over_limit(load: Loader, toc_type: int, limit: int, over:
     p = [q for q in mf.problems if q.field == f"toc[{k}].count"]
     assert len(p) == 1 and p[0].offset == image.toc_at(toc_type, "count")
     assert p[0].limit == limit
-    if toc_type == fmt.TOC_LABELS:  # nothing depends on labels: everything else is served
+    if toc_type == layout.TOC_LABELS:  # nothing depends on labels: everything else is served
         assert mf.problems == p and values_of(mf) == expected_values(b) and mf.labels == []
 
 
-@pytest.mark.parametrize("toc_type", [fmt.TOC_VALUES, fmt.TOC_INSTANCES, fmt.TOC_STRINGS])
+@pytest.mark.parametrize("toc_type", [layout.TOC_VALUES, layout.TOC_INSTANCES, layout.TOC_STRINGS])
 def test_section_count_minus_one_is_out_of_file(load: Loader, toc_type: int) -> None:
     image = sample(2).build()
     k = image.toc_index[toc_type]
@@ -324,11 +324,11 @@ def test_section_count_minus_one_is_out_of_file(load: Loader, toc_type: int) -> 
 def test_section_offset_past_end_of_file(load: Loader) -> None:
     b = sample()
     image = b.build()
-    k = image.toc_index[fmt.TOC_VALUES]
+    k = image.toc_index[layout.TOC_VALUES]
     image.patch("toc", k, "offset", len(image.data))
     mf, _ = load(image)
     p = only_problem(mf, f"toc[{k}].offset")
-    assert p.offset == image.toc_at(fmt.TOC_VALUES, "offset")
+    assert p.offset == image.toc_at(layout.TOC_VALUES, "offset")
     assert [m.name for m in mf.metrics] == [m.name for m in b.metrics]  # metrics stay
     assert list(mf.values()) == []
 
@@ -337,34 +337,34 @@ def test_section_range_that_wraps_64_bits(load: Loader) -> None:
     """offset + count * size wraps to a small number in 64-bit arithmetic (the C adds
     unchecked): it must still be outside the file."""
     image = sample().build()
-    k = image.toc_index[fmt.TOC_VALUES]
-    image.patch("toc", k, "offset", 2**64 - 2 * fmt.VALUE_SIZE)
+    k = image.toc_index[layout.TOC_VALUES]
+    image.patch("toc", k, "offset", 2**64 - 2 * layout.VALUE_SIZE)
     image.patch("toc", k, "count", 4)
-    wrapped = (2**64 - 2 * fmt.VALUE_SIZE + 4 * fmt.VALUE_SIZE) % 2**64
+    wrapped = (2**64 - 2 * layout.VALUE_SIZE + 4 * layout.VALUE_SIZE) % 2**64
     assert wrapped < len(image.data)
     mf, _ = load(image)
-    assert only_problem(mf, f"toc[{k}].offset").offset == image.toc_at(fmt.TOC_VALUES, "offset")
+    assert only_problem(mf, f"toc[{k}].offset").offset == image.toc_at(layout.TOC_VALUES, "offset")
 
 
-@pytest.mark.parametrize("offset", [0, fmt.HEADER_SIZE, fmt.HEADER_SIZE + fmt.TOC_SIZE])
+@pytest.mark.parametrize("offset", [0, layout.HEADER_SIZE, layout.HEADER_SIZE + layout.TOC_SIZE])
 def test_section_overlapping_header_or_toc(load: Loader, offset: int) -> None:
     image = sample().build()
-    k = image.toc_index[fmt.TOC_STRINGS]
+    k = image.toc_index[layout.TOC_STRINGS]
     image.patch("toc", k, "offset", offset)
     mf, _ = load(image)
     p = only_problem(mf, f"toc[{k}].offset")
-    assert p.offset == image.toc_at(fmt.TOC_STRINGS, "offset")
+    assert p.offset == image.toc_at(layout.TOC_STRINGS, "offset")
     assert "outside the data area" in p.message
 
 
 def test_section_overlapping_another_section(load: Loader) -> None:
     image = sample().build()
-    k = image.toc_index[fmt.TOC_STRINGS]  # later in the TOC than values: it is the one skipped
+    k = image.toc_index[layout.TOC_STRINGS]  # later in the TOC than values: it is the one skipped
     image.patch("toc", k, "offset", image.at("values", 1))
     mf, _ = load(image)
     p = only_problem(mf, f"toc[{k}].offset")
-    assert p.offset == image.toc_at(fmt.TOC_STRINGS, "offset")
-    assert f"overlaps toc[{image.toc_index[fmt.TOC_VALUES]}]" in p.message
+    assert p.offset == image.toc_at(layout.TOC_STRINGS, "offset")
+    assert f"overlaps toc[{image.toc_index[layout.TOC_VALUES]}]" in p.message
     assert mf.value_count == len(sample().values)
 
 
@@ -383,10 +383,10 @@ def test_duplicate_indom_serial(load: Loader) -> None:
 
 def test_indom_serial_over_22_bits(load: Loader) -> None:
     b = sample()
-    b.indoms.append(Indom(fmt.MAX_SERIAL + 1, [Instance(1, "x")]))
+    b.indoms.append(Indom(layout.MAX_SERIAL + 1, [Instance(1, "x")]))
     mf, image = load(b)
     p = only_problem(mf, "indoms[1].serial")
-    assert (p.offset, p.limit) == (image.at("indoms", 1, "serial"), fmt.MAX_SERIAL)
+    assert (p.offset, p.limit) == (image.at("indoms", 1, "serial"), layout.MAX_SERIAL)
     assert sorted(mf.indoms) == [3]
 
 
@@ -402,10 +402,10 @@ def test_indom_instances_out_of_file(load: Loader, version: int) -> None:
 
 def test_v1_instance_name_not_nul_terminated(load: Loader) -> None:
     b = sample(1)
-    b.indoms[0].instances.append(Instance(9, b"n" * fmt.NAME_SIZE))
+    b.indoms[0].instances.append(Instance(9, b"n" * layout.NAME_SIZE))
     mf, image = load(b)
     p = only_problem(mf, "indoms[0].instances[3].external")
-    assert (p.offset, p.limit) == (image.at("instances", 3, "external"), fmt.NAME_SIZE)
+    assert (p.offset, p.limit) == (image.at("instances", 3, "external"), layout.NAME_SIZE)
     assert p.offset == image.at("instances", 3) + 16
     assert [i.internal for i in mf.indoms[3].instances] == [0, 1, 7]
 
@@ -433,10 +433,10 @@ def test_v2_instance_name_offset_bad(load: Loader, external: int, why: str) -> N
 
 def test_v2_instance_name_not_nul_terminated(load: Loader) -> None:
     b = sample(2)
-    b.indoms[0].instances.append(Instance(9, b"n" * fmt.STRING_SIZE))
+    b.indoms[0].instances.append(Instance(9, b"n" * layout.STRING_SIZE))
     mf, image = load(b)
     p = only_problem(mf, "indoms[0].instances[3].external")
-    assert (p.offset, p.limit) == (image.at("instances", 3, "external"), fmt.STRING_SIZE)
+    assert (p.offset, p.limit) == (image.at("instances", 3, "external"), layout.STRING_SIZE)
     assert "NUL" in p.message
 
 
@@ -528,12 +528,12 @@ def test_metric_name_empty(load: Loader, version: int) -> None:
 
 
 def test_v1_metric_name_not_nul_terminated(load: Loader) -> None:
-    b = add_metric(1, Metric(b"m" * fmt.NAME_SIZE, 0))
+    b = add_metric(1, Metric(b"m" * layout.NAME_SIZE, 0))
     b.metrics[0].item = 100  # keep item 0 free: a NUL byte right after the name
     mf, image = load(b)
     k = len(b.metrics) - 1
     p = only_problem(mf, f"metrics[{k}].name")
-    assert (p.offset, p.limit) == (image.at("metrics", k, "name"), fmt.NAME_SIZE)
+    assert (p.offset, p.limit) == (image.at("metrics", k, "name"), layout.NAME_SIZE)
     assert image.get("metrics", k, "item") == 0
 
 
@@ -559,26 +559,26 @@ def test_v2_metric_name_string_near_end_of_file(load: Loader) -> None:
     image.patch("metrics", k, "name", len(image.data) - 4)
     mf, _ = load(image)
     p = only_problem(mf, f"metrics[{k}].name")
-    assert p.limit == len(image.data) - fmt.STRING_SIZE
+    assert p.limit == len(image.data) - layout.STRING_SIZE
 
 
 def test_v2_metric_name_not_nul_terminated(load: Loader) -> None:
-    b = add_metric(2, Metric(b"m" * fmt.STRING_SIZE, 100))
+    b = add_metric(2, Metric(b"m" * layout.STRING_SIZE, 100))
     mf, image = load(b)
     k = len(b.metrics) - 1
     p = only_problem(mf, f"metrics[{k}].name")
-    assert (p.offset, p.limit) == (image.at("metrics", k, "name"), fmt.STRING_SIZE)
+    assert (p.offset, p.limit) == (image.at("metrics", k, "name"), layout.STRING_SIZE)
 
 
 @VERSIONS
-@pytest.mark.parametrize("item", [fmt.MAX_ITEM + 1, 2**32 - 1])
+@pytest.mark.parametrize("item", [layout.MAX_ITEM + 1, 2**32 - 1])
 def test_item_over_10_bits(load: Loader, version: int, item: int) -> None:
     """Kept, not skipped: served under a spill cluster (the C agent drops it)."""
     b = add_metric(version, Metric("big", item))
     mf, _ = load(b)
     assert not mf.problems and mf.status == "ok"
     [big] = [m for m in mf.metrics if m.name == "big"]
-    assert (big.item, big.spill) == (item, f"item {item} > {fmt.MAX_ITEM}")
+    assert (big.item, big.spill) == (item, f"item {item} > {layout.MAX_ITEM}")
     assert [m.name for m in mf.metrics if m.spill] == ["big"]
 
 
@@ -616,7 +616,7 @@ def test_unknown_semantics(load: Loader, version: int, sem: int) -> None:
 
 
 def test_semantics_zero_is_accepted(load: Loader) -> None:
-    mf, _ = load(add_metric(1, Metric("zero.sem", 100, semantics=fmt.SEM_UNSET)))
+    mf, _ = load(add_metric(1, Metric("zero.sem", 100, semantics=layout.SEM_UNSET)))
     assert mf.status == "ok" and mf.metrics[-1].semantics == 0
 
 
@@ -650,22 +650,22 @@ def test_help_text_offset_out_of_file_keeps_the_metric(load: Loader, version: in
 
 def test_indom_help_not_nul_terminated(load: Loader) -> None:
     b = sample()
-    b.indoms[0].longhelp = b"h" * fmt.STRING_SIZE
+    b.indoms[0].longhelp = b"h" * layout.STRING_SIZE
     mf, image = load(b)
     p = only_problem(mf, "indoms[0].longhelp")
     assert p.offset == image.at("indoms", 0, "longhelp")
     assert "served as its first 255 bytes" in p.message  # as the C agent (Speed writes such)
-    assert mf.indoms[3].longhelp == "h" * (fmt.STRING_SIZE - 1)
+    assert mf.indoms[3].longhelp == "h" * (layout.STRING_SIZE - 1)
     assert len(mf.indoms[3].instances) == 3 and mf.status == "partial"
 
 
 def test_metric_help_filling_its_slot_is_served_as_255_bytes(load: Loader) -> None:
     b = sample()
-    b.metrics[0].shorthelp = b"s" * fmt.STRING_SIZE
+    b.metrics[0].shorthelp = b"s" * layout.STRING_SIZE
     mf, image = load(b)
     p = only_problem(mf, "metrics[0].shorthelp")
-    assert p.offset == image.at("metrics", 0, "shorthelp") and p.limit == fmt.STRING_SIZE
-    assert mf.metrics[0].shorthelp == "s" * (fmt.STRING_SIZE - 1)
+    assert p.offset == image.at("metrics", 0, "shorthelp") and p.limit == layout.STRING_SIZE
+    assert mf.metrics[0].shorthelp == "s" * (layout.STRING_SIZE - 1)
 
 
 # -- value rules ------------------------------------------------------------------------------
@@ -745,13 +745,13 @@ def test_string_value_offset_bad(load: Loader, version: int, extra: str) -> None
 
 def test_string_value_not_nul_terminated(load: Loader) -> None:
     b = sample(1)
-    b.strings.append(b"s" * fmt.STRING_SIZE)
+    b.strings.append(b"s" * layout.STRING_SIZE)
     image = b.build()
     k = next(n for n, v in enumerate(b.values) if v.metric == "s.tstring")
-    image.patch("values", k, "extra", image.string_at[b"s" * fmt.STRING_SIZE])
+    image.patch("values", k, "extra", image.string_at[b"s" * layout.STRING_SIZE])
     mf, _ = load(image)
     p = only_problem(mf, f"values[{k}].extra")
-    assert p.limit == fmt.STRING_SIZE
+    assert p.limit == layout.STRING_SIZE
 
 
 def test_values_of_a_skipped_metric_are_not_reported_again(load: Loader) -> None:
@@ -773,7 +773,7 @@ def add_label(label: Label) -> MmvBuilder:
 
 
 @pytest.mark.parametrize(
-    "flags", [0, 0x1, 0x2, fmt.LABEL_OPTIONAL, fmt.LABEL_INDOM | fmt.LABEL_ITEM, 0x40]
+    "flags", [0, 0x1, 0x2, layout.LABEL_OPTIONAL, layout.LABEL_INDOM | layout.LABEL_ITEM, 0x40]
 )
 def test_label_flags_bad(load: Loader, flags: int) -> None:
     b = add_label(Label(flags, 3, '{"a":1}'))
@@ -784,25 +784,25 @@ def test_label_flags_bad(load: Loader, flags: int) -> None:
 
 
 def test_label_payload_not_nul_terminated(load: Loader) -> None:
-    payload = '{"a":"' + "x" * (fmt.LABEL_PAYLOAD_SIZE - 8) + '"}'
-    assert len(payload) == fmt.LABEL_PAYLOAD_SIZE
-    mf, image = load(add_label(Label(fmt.LABEL_INDOM, 3, payload)))
+    payload = '{"a":"' + "x" * (layout.LABEL_PAYLOAD_SIZE - 8) + '"}'
+    assert len(payload) == layout.LABEL_PAYLOAD_SIZE
+    mf, image = load(add_label(Label(layout.LABEL_INDOM, 3, payload)))
     p = only_problem(mf, "labels[4].payload")
-    assert (p.offset, p.limit) == (image.at("labels", 4, "payload"), fmt.LABEL_PAYLOAD_SIZE)
+    assert (p.offset, p.limit) == (image.at("labels", 4, "payload"), layout.LABEL_PAYLOAD_SIZE)
     assert p.offset == image.at("labels", 4) + 12
 
 
 @pytest.mark.parametrize("payload", ["{", "not json", '{"a":1', "\udcff"])
 def test_label_payload_not_json(load: Loader, payload: str) -> None:
     raw = payload.encode("utf-8", "surrogateescape")
-    mf, image = load(add_label(Label(fmt.LABEL_INDOM, 3, raw)))
+    mf, image = load(add_label(Label(layout.LABEL_INDOM, 3, raw)))
     p = only_problem(mf, "labels[4].payload")
     assert p.offset == image.at("labels", 4, "payload")
 
 
 @pytest.mark.parametrize("payload", ["[1,2]", "1", '"s"', "null", "{}"])
 def test_label_payload_not_an_object(load: Loader, payload: str) -> None:
-    mf, image = load(add_label(Label(fmt.LABEL_INDOM, 3, payload)))
+    mf, image = load(add_label(Label(layout.LABEL_INDOM, 3, payload)))
     p = only_problem(mf, "labels[4].payload")
     assert p.offset == image.at("labels", 4, "payload")
     assert "object" in p.message
@@ -811,11 +811,11 @@ def test_label_payload_not_an_object(load: Loader, payload: str) -> None:
 @pytest.mark.parametrize(
     "label",
     [
-        Label(fmt.LABEL_CLUSTER, 13, '{"a":1}'),  # file's cluster is 12
-        Label(fmt.LABEL_ITEM, 999, '{"a":1}'),
-        Label(fmt.LABEL_INDOM, 4, '{"a":1}'),
-        Label(fmt.LABEL_INSTANCES, 4, '{"a":1}', internal=0),
-        Label(fmt.LABEL_INSTANCES, 3, '{"a":1}', internal=2),
+        Label(layout.LABEL_CLUSTER, 13, '{"a":1}'),  # file's cluster is 12
+        Label(layout.LABEL_ITEM, 999, '{"a":1}'),
+        Label(layout.LABEL_INDOM, 4, '{"a":1}'),
+        Label(layout.LABEL_INSTANCES, 4, '{"a":1}', internal=0),
+        Label(layout.LABEL_INSTANCES, 3, '{"a":1}', internal=2),
     ],
     ids=["cluster", "item", "indom", "instances-indom", "instances-instance"],
 )
@@ -827,7 +827,7 @@ def test_label_identity_unknown(load: Loader, label: Label) -> None:
 
 
 def test_item_label_for_a_skipped_metric_is_unknown(load: Loader) -> None:
-    b = add_label(Label(fmt.LABEL_ITEM, 2000, '{"a":1}'))
+    b = add_label(Label(layout.LABEL_ITEM, 2000, '{"a":1}'))
     b.metrics[1].item, b.metrics[1].type = 2000, 99
     mf, _ = load(b)
     assert {p.field for p in mf.problems} == {"metrics[1].type", "labels[4].identity"}
@@ -835,11 +835,11 @@ def test_item_label_for_a_skipped_metric_is_unknown(load: Loader) -> None:
 
 def test_item_label_of_a_spilled_metric_is_its_own(load: Loader) -> None:
     """A metric past item 1023 is kept (it spills): the labels of its item are its own."""
-    b = add_label(Label(fmt.LABEL_ITEM, 2000, '{"a":1}'))
+    b = add_label(Label(layout.LABEL_ITEM, 2000, '{"a":1}'))
     b.metrics[1].item = 2000
     mf, _ = load(b)
     assert mf.problems == [] and mf.metrics[1].spill == "item 2000 > 1023"
-    assert merge_labels(mf.labels_for(fmt.LABEL_ITEM, 2000))[0] == '{"a":1}'
+    assert merge_labels(mf.labels_for(layout.LABEL_ITEM, 2000))[0] == '{"a":1}'
 
 
 @pytest.mark.parametrize(
@@ -852,9 +852,9 @@ def test_label_lone_surrogate_stays_escaped(load: Loader, payload: str) -> None:
     merged label set, so that the set encodes to UTF-8: the label is served, and so is the
     rest of the file (it raised UnicodeEncodeError at every label request in the agent;
     found by a breaker run)."""
-    mf, _ = load(add_label(Label(fmt.LABEL_INDOM, 3, payload)))
+    mf, _ = load(add_label(Label(layout.LABEL_INDOM, 3, payload)))
     assert mf.problems == [] and len(mf.labels) == 5
-    labels, notes = merge_labels(mf.labels_for(fmt.LABEL_INDOM, 3))
+    labels, notes = merge_labels(mf.labels_for(layout.LABEL_INDOM, 3))
     labels.encode("utf-8")
     notes.encode("utf-8")
     assert json.loads(labels)["sur"] == json.loads(payload)["sur"]
@@ -862,8 +862,8 @@ def test_label_lone_surrogate_stays_escaped(load: Loader, payload: str) -> None:
 
 def test_label_text_stays_unescaped(load: Loader) -> None:
     """Text that UTF-8 encodes, a surrogate pair too, is not re-escaped."""
-    mf, _ = load(add_label(Label(fmt.LABEL_INDOM, 3, r'{"sur":"\u00e9\ud83d\ude00"}')))
-    labels, _ = merge_labels(mf.labels_for(fmt.LABEL_INDOM, 3))
+    mf, _ = load(add_label(Label(layout.LABEL_INDOM, 3, r'{"sur":"\u00e9\ud83d\ude00"}')))
+    labels, _ = merge_labels(mf.labels_for(layout.LABEL_INDOM, 3))
     assert '"sur":"\u00e9\U0001f600"' in labels
 
 
@@ -877,26 +877,26 @@ NAN64 = struct.pack("=d", math.nan)
 def sentinel_file(flags: int) -> MmvBuilder:
     b = MmvBuilder(flags=flags)
     specs = [
-        (fmt.TYPE_I32, ALL_ONES),
-        (fmt.TYPE_U32, ALL_ONES),
-        (fmt.TYPE_I64, ALL_ONES),
-        (fmt.TYPE_U64, ALL_ONES),
-        (fmt.TYPE_FLOAT, NAN32),
-        (fmt.TYPE_DOUBLE, NAN64),
-        (fmt.TYPE_ELAPSED, ALL_ONES),
-        (fmt.TYPE_STRING, ""),
+        (layout.TYPE_I32, ALL_ONES),
+        (layout.TYPE_U32, ALL_ONES),
+        (layout.TYPE_I64, ALL_ONES),
+        (layout.TYPE_U64, ALL_ONES),
+        (layout.TYPE_FLOAT, NAN32),
+        (layout.TYPE_DOUBLE, NAN64),
+        (layout.TYPE_ELAPSED, ALL_ONES),
+        (layout.TYPE_STRING, ""),
     ]
     for item, (mtype, raw) in enumerate(specs, 1):
-        name = f"v.{fmt.TYPE_NAMES[mtype]}"
+        name = f"v.{layout.TYPE_NAMES[mtype]}"
         b.metrics.append(Metric(name, item, mtype))
         b.values.append(Value(name, None, raw))
-    b.metrics.append(Metric("v.i32low", 20, fmt.TYPE_I32))
+    b.metrics.append(Metric("v.i32low", 20, layout.TYPE_I32))
     b.values.append(Value("v.i32low", None, -1))  # upper 4 bytes zero: not a sentinel
     return b
 
 
 def test_sentinel_means_no_value_for_every_type(load: Loader) -> None:
-    mf, _ = load(sentinel_file(fmt.FLAG_SENTINEL))
+    mf, _ = load(sentinel_file(layout.FLAG_SENTINEL))
     got = {name: v for (name, _), v in values_of(mf).items()}
     assert got.pop("v.i32low") == -1
     assert set(got.values()) == {NO_VALUE}
@@ -915,12 +915,12 @@ def test_sentinel_flag_is_read_live(load: Loader, tmp_path: Path) -> None:
     assert NO_VALUE not in values_of(mf).values()
     with open(tmp_path / "f", "r+b") as f:
         f.seek(image.at("header", 0, "flags"))
-        f.write(struct.pack("=I", fmt.FLAG_SENTINEL))
+        f.write(struct.pack("=I", layout.FLAG_SENTINEL))
     assert NO_VALUE in values_of(mf).values()
 
 
 def test_nosupport_metric_has_no_value(load: Loader) -> None:
-    b = add_metric(1, Metric("ns", 100, type=fmt.TYPE_NOSUPPORT), value=b"\x07" * 8)
+    b = add_metric(1, Metric("ns", 100, type=layout.TYPE_NOSUPPORT), value=b"\x07" * 8)
     mf, _ = load(b)
     assert mf.status == "ok"
     assert values_of(mf)[("ns", None)] is UNSUPPORTED
@@ -931,7 +931,7 @@ def test_elapsed_with_an_interval_in_progress(load: Loader) -> None:
 
     started = int(time.time() * 1e6) - 5_000_000  # a timed section opened 5 s ago
     b = MmvBuilder()
-    b.metrics.append(Metric("timer", 1, fmt.TYPE_ELAPSED))
+    b.metrics.append(Metric("timer", 1, layout.TYPE_ELAPSED))
     b.values.append(Value("timer", None, 1000, extra=-started))
     mf, _ = load(b)
     value = values_of(mf)[("timer", None)]
@@ -1001,7 +1001,7 @@ def test_new_generation_written_in_place_is_changed(load: Loader, tmp_path: Path
     with pytest.raises(Changed) as info:
         mf.snapshot()
     assert info.value.field == "header.generation"
-    assert info.value.offset == fmt.GENERATION_OFFSET
+    assert info.value.offset == layout.GENERATION_OFFSET
     with pytest.raises(Changed):
         mf.check_generation()
 
@@ -1021,7 +1021,7 @@ def test_closed_file_is_changed(load: Loader) -> None:
     mf.close()
     with pytest.raises(Changed):
         mf.snapshot()
-    assert mf.read_string(fmt.HEADER_SIZE) is None
+    assert mf.read_string(layout.HEADER_SIZE) is None
 
 
 # -- real writers -----------------------------------------------------------------------------
@@ -1117,7 +1117,7 @@ def test_pcp_testsuite_captures(captured_files: dict[str, Path], name: str) -> N
         assert mf.metrics and mf.value_count > 0
         values = list(mf.values())
         assert len(values) == mf.value_count
-        assert all(v is not UNSUPPORTED for m, _, v in values if m.type != fmt.TYPE_NOSUPPORT)
+        assert all(v is not UNSUPPORTED for m, _, v in values if m.type != layout.TYPE_NOSUPPORT)
 
 
 # -- bulk reads (MmvFile.column) ----------------------------------------------------------------
@@ -1139,7 +1139,7 @@ def test_metric_on_an_empty_indom_loads_with_an_empty_column(load: Loader) -> No
 @pytest.mark.parametrize("sentinel", [False, True], ids=["plain", "sentinel"])
 def test_column_equals_one_by_one_decoding(load: Loader, version: int, sentinel: bool) -> None:
     b = sample(version)
-    b.flags = fmt.FLAG_SENTINEL if sentinel else 0
+    b.flags = layout.FLAG_SENTINEL if sentinel else 0
     mf, _ = load(b)
     snap = mf.snapshot()
     strided = [m for m in mf.metrics if m.stride]
@@ -1153,7 +1153,7 @@ def test_column_equals_one_by_one_decoding(load: Loader, version: int, sentinel:
 def test_column_with_scattered_and_missing_values(load: Loader) -> None:
     b = MmvBuilder(cluster=3)
     b.indoms.append(Indom(4, [Instance(0, "a"), Instance(1, "b"), Instance(2, "c")]))
-    b.metrics += [Metric("m", 1, fmt.TYPE_I64, indom=4), Metric("n", 2, indom=4)]
+    b.metrics += [Metric("m", 1, layout.TYPE_I64, indom=4), Metric("n", 2, indom=4)]
     # values interleaved across metrics, and no value for m[b]
     b.values += [
         Value("m", 2, -3),
@@ -1164,7 +1164,7 @@ def test_column_with_scattered_and_missing_values(load: Loader) -> None:
     ]
     mf, _ = load(b)
     m, n = mf.metrics
-    from pmda_mmv.decode import MISSING
+    from pmda_mmv.mmvfile.decode import MISSING
 
     assert m.stride == 0 and mf.column(mf.snapshot(), m) == [-1, MISSING, -3]
     assert mf.column(mf.snapshot(), n) == [1, 2, 3]
@@ -1178,7 +1178,7 @@ def _shortest_labels(count: int) -> list[EntryLabel]:
     for k in range(-(-count // len(letters))):
         inner = letters[: min(len(letters), count - k * len(letters))]
         payload = f'{{"{letters[k]}":{{' + ",".join(f'"{x}":1' for x in inner) + "}}"
-        out.append(EntryLabel(fmt.LABEL_CLUSTER, 12, -1, payload, False, 0))
+        out.append(EntryLabel(layout.LABEL_CLUSTER, 12, -1, payload, False, 0))
     return out
 
 
@@ -1186,6 +1186,6 @@ def test_label_set_shortest_text_is_still_counted() -> None:
     """The shortcut that skips counting a set with too little text for PM_MAXLABELS
     labels skips no set libpcp rejects: the shortest payloads of 255 labels are refused,
     of 254 served."""
-    assert label_set_problem(_shortest_labels(fmt.PM_MAXLABELS - 1)) is None
-    why = label_set_problem(_shortest_labels(fmt.PM_MAXLABELS))
-    assert why is not None and f"into {fmt.PM_MAXLABELS} labels" in why
+    assert label_set_problem(_shortest_labels(layout.PM_MAXLABELS - 1)) is None
+    why = label_set_problem(_shortest_labels(layout.PM_MAXLABELS))
+    assert why is not None and f"into {layout.PM_MAXLABELS} labels" in why

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pmda_mmv import dump
-from pmda_mmv.errors import Corrupt, MmvError
-from pmda_mmv.reader import MmvFile
+from pmda_mmv.commands import dump
+from pmda_mmv.mmvfile.errors import Corrupt, MmvError
+from pmda_mmv.mmvfile.reader import MmvFile
 from tests import mmvbuild as mb
 
 SETTINGS = settings(

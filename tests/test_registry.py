@@ -1,4 +1,5 @@
-"""The identity registry (pmda_mmv/registry.py) and the catalogue's use of it, without pmcd:
+"""The identity registry (pmda_mmv/namespace/registry.py) and the catalogue's use of it,
+without pmcd:
 assignment, never-reuse, who may share a cluster, eviction order, persistence and its
 failures (issue 22; issue 28 #7 and #8)."""
 
@@ -11,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv import verdict
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.registry import VERSION, Record, Registry, default_path
+from pmda_mmv.commands import check as check_cmd
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.registry import VERSION, Record, Registry, default_path
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 
 STRANGER = 65534  # nobody
@@ -125,7 +126,7 @@ def test_noprefix_processes_of_one_owner_rejoin_their_cluster(
     tmp_path: Path, cat: Catalogue
 ) -> None:
     # one application's processes (PCP QA 648): NOPREFIX files of one owner, one cluster
-    np = fmt.FLAG_NOPREFIX
+    np = layout.FLAG_NOPREFIX
     assert serve(cat, load(tmp_path, "app_1", build(70, ("app.x",), np, indom=2))) == 70
     assert serve(cat, load(tmp_path, "app_2", build(70, ("app.x",), np, indom=2))) == 70
     serial = cat.files["app_1"].indoms[2].serial
@@ -151,8 +152,8 @@ def test_pool_exhausted_evicts_the_longest_departed(
         assert entry is not None
         return entry.cluster
 
-    clusters = [add(f"f{k:04d}") for k in range(fmt.MAX_CLUSTER)]
-    assert sorted(clusters) == list(range(1, fmt.MAX_CLUSTER + 1))
+    clusters = [add(f"f{k:04d}") for k in range(layout.MAX_CLUSTER)]
+    assert sorted(clusters) == list(range(1, layout.MAX_CLUSTER + 1))
     for name in ("f0007", "f0003", "f0100"):  # departed in this order
         gone(cat, name)
     assert add("new1") == clusters[7]  # the longest departed first
@@ -180,13 +181,13 @@ def test_check_reads_the_registry_and_explains_numbers(tmp_path: Path) -> None:
     assert registry.save()
     before = reg.read_bytes()
     out = io.StringIO()
-    verdict.check([str(d)], False, out, verdict.Options(registry=str(reg)))
+    check_cmd.check([str(d)], False, out, check_cmd.Options(registry=str(reg)))
     text = out.getvalue()
     assert "cluster: asked for cluster 42, held by websrv_7205 (departed): served as" in text
     assert "cluster: cluster 8 was f0007's (departed longest)" in text
     assert reg.read_bytes() == before  # read only
     out = io.StringIO()
-    verdict.check([str(d / "websrv_8100")], False, out)  # no registry: nothing held
+    check_cmd.check([str(d / "websrv_8100")], False, out)  # no registry: nothing held
     assert out.getvalue().split("/")[-1] == "websrv_8100: ok\n"
 
 
@@ -352,7 +353,7 @@ def test_pool_exhausted_evicts_the_busiest_owners_longest_departed() -> None:
     r = Registry()
     r.serve(("victim", 0), 1, 1, False, {})
     r.depart(("victim", 0))
-    for c in range(2, fmt.MAX_CLUSTER + 1):
+    for c in range(2, layout.MAX_CLUSTER + 1):
         r.serve((f"s{c}", STRANGER), c, 0, False, {})
         r.depart((f"s{c}", STRANGER))
     evicted = r.evict_cluster(lambda c: True)

@@ -12,11 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv import catalogue, loader
-from pmda_mmv import layout as fmt
-from pmda_mmv.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
-from pmda_mmv.catalogue import MAX_CHILDREN, Catalogue
-from pmda_mmv.filestate import (
+from pmda_mmv.directory import loader
+from pmda_mmv.directory.backoff import RETRY_BUDGET, RETRY_FIRST, RETRY_MAX
+from pmda_mmv.directory.filestate import (
     EXITED,
     NO_WRITER,
     NOT_READY,
@@ -26,7 +24,10 @@ from pmda_mmv.filestate import (
     PENDING,
     REFUSED,
 )
-from pmda_mmv.scanner import Scanner
+from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.namespace import catalogue
+from pmda_mmv.namespace.catalogue import MAX_CHILDREN, Catalogue
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value, dead_pid, publish, sample
 from tests.mmvbuild import single as one
 
@@ -365,7 +366,7 @@ NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
 )
 @pytest.mark.host_pid_namespace  # host init at PID 1, kthreadd at 2
 def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
-    b = one(flags=fmt.FLAG_PROCESS, process=pid)
+    b = one(flags=layout.FLAG_PROCESS, process=pid)
     b.generation = int(time.time()) << 32
     b.write(d.path / "p")
     d.refresh()
@@ -379,7 +380,7 @@ def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
 def test_process_flag_pid_reuse_detected(d: Dir) -> None:
     # A live process that started after the file's generation is not its writer.
     started = psutil.Process().create_time()
-    b = one(flags=fmt.FLAG_PROCESS, process=os.getpid())
+    b = one(flags=layout.FLAG_PROCESS, process=os.getpid())
     b.generation = int(started - 3600) << 32
     b.write(d.path / "p")
     d.refresh()
@@ -415,7 +416,7 @@ def mapped(child: subprocess.Popen[str], path: Path) -> None:
 def test_a_live_process_that_does_not_map_the_file_is_not_its_writer(d: Dir) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
+        b = one(flags=layout.FLAG_PROCESS, process=child.pid)
         b.generation = int(time.time()) << 32
         b.write(d.path / "p")
         d.refresh()
@@ -430,7 +431,7 @@ def test_a_live_process_that_does_not_map_the_file_is_not_its_writer(d: Dir) -> 
 def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
     child = mapper()
     try:
-        b = one(flags=fmt.FLAG_PROCESS, process=child.pid)
+        b = one(flags=layout.FLAG_PROCESS, process=child.pid)
         b.generation = int(time.time()) << 32
         b.write(d.path / "p")
         mapped(child, d.path / "p")
@@ -471,7 +472,7 @@ def test_sample_file_values_and_many_files(d: Dir) -> None:
 def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> None:
     # A file loaded and found stale in the same refresh (its writer moved on) must not reach
     # the agent as both added and removed (tests/test_hardening.py busy writer).
-    from pmda_mmv.filestate import Changes
+    from pmda_mmv.directory.filestate import Changes
 
     one().write(d.path / "a")
     first = d.scanner.refresh()
@@ -486,8 +487,8 @@ def test_changes_extend_with_many_removed_and_added_keeps_the_right_entries() ->
     # of held files).  The pair-by-pair version took 7 s here; the result is what counts.
     from typing import cast
 
-    from pmda_mmv.catalogue import FileEntry
-    from pmda_mmv.filestate import Changes
+    from pmda_mmv.directory.filestate import Changes
+    from pmda_mmv.namespace.catalogue import FileEntry
 
     def entries(n: int) -> list[FileEntry]:
         return [cast(FileEntry, object()) for _ in range(n)]
@@ -521,11 +522,11 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
 def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) -> None:
     # issue 17: 4,095 tiny files take every cluster; the refusal must not stay cached on
     # the refused file's unchanged stat
-    for i in range(fmt.MAX_CLUSTER + 1):
+    for i in range(layout.MAX_CLUSTER + 1):
         one(cluster=0).write(d.path / f"t{i:04d}")
     d.refresh()
-    last = f"t{fmt.MAX_CLUSTER:04d}"
-    assert len(d.served()) == fmt.MAX_CLUSTER and d.state(last) == REFUSED
+    last = f"t{layout.MAX_CLUSTER:04d}"
+    assert len(d.served()) == layout.MAX_CLUSTER and d.state(last) == REFUSED
     assert "no free cluster" in d.scanner.states[last].last_problem
     d.refresh()
     assert d.state(last) == REFUSED
@@ -578,7 +579,7 @@ def test_writer_exit_seen_at_the_next_refresh_even_as_a_zombie(tmp_path: Path, p
     children = [sleeper() for _ in range(3)]
     try:
         for k, child in enumerate(children):
-            b = one(cluster=k + 1, flags=fmt.FLAG_PROCESS, process=child.pid)
+            b = one(cluster=k + 1, flags=layout.FLAG_PROCESS, process=child.pid)
             b.generation = int(time.time()) << 32
             b.write(tmp_path / f"p{k}")
             mapped(child, tmp_path / f"p{k}")
@@ -610,7 +611,7 @@ def test_pid_reuse_detected_for_plain_seconds_generations(d: Dir) -> None:
     try:
         started = psutil.Process(child.pid).create_time()
         for name, generation in (("stale", int(started) - 3600), ("fresh", int(started) + 1)):
-            b = one(cluster=len(name), flags=fmt.FLAG_PROCESS, process=child.pid)
+            b = one(cluster=len(name), flags=layout.FLAG_PROCESS, process=child.pid)
             b.generation = generation
             b.write(d.path / name)
             mapped(child, d.path / name)
@@ -625,7 +626,7 @@ def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> Non
     # The agent's own reads of a waiting file come back as inotify open/close events; they
     # must not count as the event that retries it at once.  The scanner's clock stands
     # still, so no backoff retry can be due.
-    from pmda_mmv.watcher import Watcher
+    from pmda_mmv.directory.watcher import Watcher
 
     never_ready(d.path / "a")
     watcher = Watcher(str(d.path), d.scanner.mark_dirty)
@@ -660,7 +661,7 @@ def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> Non
     ids=["libpcp_mmv", "seconds", "counter", "high-counter", "bad-usec", "future", "old"],
 )
 def test_generation_time_decided_by_plausibility(g1: int, created: float | None) -> None:
-    assert fmt.generation_time(g1, time.time()) == created
+    assert layout.generation_time(g1, time.time()) == created
 
 
 def test_files_past_the_budget_wait_in_order_and_none_is_lost(tmp_path: Path) -> None:
@@ -691,7 +692,7 @@ def test_a_new_file_is_served_at_the_next_request_however_many_names_are_known(
     after another).  New names come first now; the known ones are still looked at, within
     the budget: one renamed over is served in the end.  The clock is past the deadline at
     each look: one name a request."""
-    junk = b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE)
+    junk = b"NOTMMV\0\0" + bytes(layout.HEADER_SIZE)
     for k in range(10):
         (tmp_path / f"junk{k}").write_bytes(junk)
     ticks = itertools.count()
@@ -716,7 +717,7 @@ def test_files_removed_at_once_are_unserved_at_once_and_closed_over_the_next_req
     request as they were unserved.  Unserving stays immediate (a removed file is never
     served); the descriptors close CLOSE_BUDGET a request once past the deadline, in the
     end all of them."""
-    from pmda_mmv.scanner import CLOSE_BUDGET
+    from pmda_mmv.directory.scanner import CLOSE_BUDGET
     from tests.hostile import shared_cluster
 
     paths = shared_cluster(tmp_path, 2 * CLOSE_BUDGET + 1)
@@ -877,7 +878,7 @@ def test_refused_entries_count_toward_the_request_budget(tmp_path: Path) -> None
     request (1.66 s; C 0.37 s), as the budget counted only files that opened.  Every entry
     looked at counts now: with the clock past the deadline at each look, one a request."""
     for k in range(5):
-        (tmp_path / f"junk{k}").write_bytes(b"NOTMMV\0\0" + bytes(fmt.HEADER_SIZE))
+        (tmp_path / f"junk{k}").write_bytes(b"NOTMMV\0\0" + bytes(layout.HEADER_SIZE))
     ticks = itertools.count()
     scanner = Scanner(str(tmp_path), Catalogue(), clock=lambda: next(ticks) * 1.0)
     for looked in range(1, 6):

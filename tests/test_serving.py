@@ -1,4 +1,5 @@
-"""The serving model (pmda_mmv.serving, pmda_mmv.control): what each request answers, on real
+"""The serving model (pmda_mmv.agent.serving, pmda_mmv.agent.control): what each request
+answers, on real
 files (tests/mmvbuild.py, tests/writers through mmvbuild), scanned and catalogued as the agent
 does; no pmcd, no python3-pcp (but for the check of the PCP numbers against cpmapi)."""
 
@@ -11,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv import control, serving
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
-from pmda_mmv.errors import Changed
-from pmda_mmv.scanner import Changes, Scanner
-from pmda_mmv.serving import PM_IN_NULL, Held, Plan, Serving, key
+from pmda_mmv.agent import control, serving
+from pmda_mmv.agent.serving import PM_IN_NULL, Held, Plan, Serving, key
+from pmda_mmv.directory.scanner import Changes, Scanner
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.namespace.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
 from tests import mmvbuild as mb
 from tests.mmvbuild import MmvBuilder, publish, sample, single
 
@@ -67,7 +68,7 @@ def served(tmp_path: Path) -> Served:
 def shared(value: int, cluster: int = 7) -> MmvBuilder:
     """A NOPREFIX file serving mmv.shared.v (cluster, item 1): files of one application
     sharing a PMID (PCP QA 648)."""
-    return single(cluster, value, "shared.v", flags=fmt.FLAG_NOPREFIX)
+    return single(cluster, value, "shared.v", flags=layout.FLAG_NOPREFIX)
 
 
 def test_values_follow_the_file(served: Served) -> None:
@@ -84,14 +85,14 @@ def test_every_instance_and_type_from_one_snapshot(served: Served) -> None:
     sample().write(served.path / "s")
     served.step()
     for mtype, value in mb.TYPE_SAMPLES.items():
-        name = f"mmv.s.m.t{fmt.TYPE_NAMES[mtype]}"
+        name = f"mmv.s.m.t{layout.TYPE_NAMES[mtype]}"
         assert served.fetch(name, 0, 1, 7) == [[value, 1]] * 3, name
     assert served.fetch("mmv.s.m.tu32", 99) == [None]  # no such instance: no value
 
 
 def test_a_shared_pmid_takes_each_instance_from_the_first_file(served: Served) -> None:
     def per_instance(*insts: tuple[int, str, int]) -> MmvBuilder:
-        b = MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=9, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(mb.Indom(2, [mb.Instance(i, n) for i, n, _ in insts]))
         b.metrics.append(mb.Metric("pets.count", 1, indom=2))
         b.values += [mb.Value("pets.count", i, v) for i, _, v in insts]
@@ -173,7 +174,7 @@ def test_a_file_changed_under_a_fetch_is_reloaded(served: Served) -> None:
 
 def test_what_is_not_a_value(served: Served) -> None:
     b = single(5, 1)
-    b.metrics.append(mb.Metric("odd", 2, fmt.TYPE_NOSUPPORT))
+    b.metrics.append(mb.Metric("odd", 2, layout.TYPE_NOSUPPORT))
     b.values.append(mb.Value("odd", None, 0))
     b.write(served.path / "app")
     served.step()
@@ -201,17 +202,17 @@ def test_labels_and_notes(served: Served) -> None:
     served.step()
     [entry] = served.catalogue.files.values()
     label = served.model.label
-    assert json.loads(label(entry.cluster, fmt.LABEL_CLUSTER, False)) == {"app": "sample"}
+    assert json.loads(label(entry.cluster, layout.LABEL_CLUSTER, False)) == {"app": "sample"}
     pmid = (70 << 22) | (entry.cluster << 10) | 1
-    assert label(pmid, fmt.LABEL_ITEM, False) == "{}"
-    assert json.loads(label(pmid, fmt.LABEL_ITEM, True)) == {"item": True}
+    assert label(pmid, layout.LABEL_ITEM, False) == "{}"
+    assert json.loads(label(pmid, layout.LABEL_ITEM, True)) == {"item": True}
     [si] = entry.indoms.values()
-    assert json.loads(label((70 << 22) | si.serial, fmt.LABEL_INDOM, False)) == {"dom": 1}
-    assert label(entry.cluster, fmt.LABEL_INSTANCES, False) == "{}"  # not asked this way
+    assert json.loads(label((70 << 22) | si.serial, layout.LABEL_INDOM, False)) == {"dom": 1}
+    assert label(entry.cluster, layout.LABEL_INSTANCES, False) == "{}"  # not asked this way
     indom = (70 << 22) | si.serial
     assert json.loads(served.model.instance_label(indom, 7, False)) == {"inst": "seven"}
     assert served.model.instance_label(indom, 1, False) == "{}"
-    assert served.model.label(4000, fmt.LABEL_CLUSTER, False) == "{}"
+    assert served.model.label(4000, layout.LABEL_CLUSTER, False) == "{}"
 
 
 def test_instance_labels_take_unsigned_ids(served: Served) -> None:
@@ -219,7 +220,7 @@ def test_instance_labels_take_unsigned_ids(served: Served) -> None:
     b.indoms.append(mb.Indom(1, [mb.Instance(-5, "minus five")]))
     b.metrics.append(mb.Metric("m", 1, indom=1))
     b.values.append(mb.Value("m", -5, 1))
-    b.labels.append(mb.Label(fmt.LABEL_INSTANCES, 1, '{"sign":"minus"}', internal=-5))
+    b.labels.append(mb.Label(layout.LABEL_INSTANCES, 1, '{"sign":"minus"}', internal=-5))
     b.write(served.path / "neg")
     served.step()
     [entry] = served.catalogue.files.values()
@@ -231,7 +232,7 @@ def test_instance_labels_take_unsigned_ids(served: Served) -> None:
 
 def test_indom_as_served_merges_the_files(served: Served) -> None:
     def pets(*insts: tuple[int, str]) -> MmvBuilder:
-        b = MmvBuilder(cluster=9, flags=fmt.FLAG_NOPREFIX)
+        b = MmvBuilder(cluster=9, flags=layout.FLAG_NOPREFIX)
         b.indoms.append(mb.Indom(2, [mb.Instance(i, n) for i, n in insts], "pets", "the pets"))
         b.metrics.append(mb.Metric("pets.count", 1, indom=2))
         b.values += [mb.Value("pets.count", i, 1) for i, _ in insts]
@@ -252,9 +253,9 @@ def test_indom_as_served_merges_the_files(served: Served) -> None:
 @pytest.mark.parametrize(
     ("status", "debug_options", "debug_type", "items"),
     [
-        (False, False, fmt.TYPE_I32, [0, 1, 2]),  # PCP 6's C agent
-        (False, True, fmt.TYPE_STRING, [0, 1, 2, 3]),  # PCP 7's
-        (True, False, fmt.TYPE_I32, [0, 1, 2, 3]),
+        (False, False, layout.TYPE_I32, [0, 1, 2]),  # PCP 6's C agent
+        (False, True, layout.TYPE_STRING, [0, 1, 2, 3]),  # PCP 7's
+        (True, False, layout.TYPE_I32, [0, 1, 2, 3]),
     ],
 )
 def test_control_metrics_are_the_c_agent_s(
@@ -265,7 +266,7 @@ def test_control_metrics_are_the_c_agent_s(
     assert own[control.DEBUG].type == debug_type
     assert own[control.RELOAD].name == "control.reload"
     assert ("refused ones too" in own[control.FILES].helptext) is status
-    assert {m.semantics for m in own.values()} == {fmt.SEM_INSTANT}
+    assert {m.semantics for m in own.values()} == {layout.SEM_INSTANT}
 
 
 def test_control_and_status_values(served: Served) -> None:
@@ -336,7 +337,7 @@ def test_pcp_numbers_are_python3_pcp_s() -> None:
     assert serving.PM_ERR_VALUE == c_api.PM_ERR_VALUE
     assert serving.PM_ERR_APPVERSION == c_api.PM_ERR_APPVERSION
     assert serving.PM_IN_NULL == c_api.PM_IN_NULL
-    assert (fmt.LABEL_CLUSTER, fmt.LABEL_ITEM, fmt.LABEL_INDOM) == (
+    assert (layout.LABEL_CLUSTER, layout.LABEL_ITEM, layout.LABEL_INDOM) == (
         c_api.PM_LABEL_CLUSTER,
         c_api.PM_LABEL_ITEM,
         c_api.PM_LABEL_INDOM,
@@ -345,7 +346,7 @@ def test_pcp_numbers_are_python3_pcp_s() -> None:
     types |= {s.metric.type for s in control.FILE_STATUS.values()}
     pcp_types = {c_api.PM_TYPE_32, c_api.PM_TYPE_U32, c_api.PM_TYPE_U64, c_api.PM_TYPE_STRING}
     assert types == pcp_types
-    assert fmt.SEM_INSTANT == c_api.PM_SEM_INSTANT
+    assert layout.SEM_INSTANT == c_api.PM_SEM_INSTANT
 
 
 def test_string_values_are_read_once_per_snapshot(
@@ -356,7 +357,7 @@ def test_string_values_are_read_once_per_snapshot(
     n = 2000
     b = MmvBuilder(cluster=3)
     b.indoms.append(mb.Indom(1, [mb.Instance(i, f"i{i}") for i in range(n)]))
-    b.metrics.append(mb.Metric("s", 1, fmt.TYPE_STRING, indom=1))
+    b.metrics.append(mb.Metric("s", 1, layout.TYPE_STRING, indom=1))
     b.values += [mb.Value("s", i, "same" if i % 2 else f"v{i % 7}") for i in range(n)]
     b.write(served.path / "str")
     served.step()
@@ -371,14 +372,14 @@ def test_string_values_are_read_once_per_snapshot(
     got = served.fetch("mmv.str.s", *range(n))
     assert got == [["same" if i % 2 else f"v{i % 7}", 1] for i in range(n)]
     assert len(reads) <= 3  # header, values span, strings
-    assert sum(reads) <= (served.path / "str").stat().st_size + fmt.HEADER_SIZE
+    assert sum(reads) <= (served.path / "str").stat().st_size + layout.HEADER_SIZE
 
 
 def test_string_offsets_moved_out_of_bounds_are_unsupported(served: Served) -> None:
     """A writer moves a value's string offset (live, in the values span) past the end of
     the file, or before the header's end: that value is PM_ERR_VALUE, the others read."""
     b = MmvBuilder(cluster=3)
-    b.metrics += [mb.Metric(n, i, fmt.TYPE_STRING) for i, n in enumerate("abc", 1)]
+    b.metrics += [mb.Metric(n, i, layout.TYPE_STRING) for i, n in enumerate("abc", 1)]
     b.values += [mb.Value(n, None, f"text {n}") for n in "abc"]
     image = b.build()
     image.write(served.path / "f")
@@ -395,13 +396,13 @@ def pets_file(*insts: int, label: bool = False) -> MmvBuilder:
     """A NOPREFIX file of cluster 9 whose indom 2 has the instances ``insts`` (named
     ``p<id>``), metrics ``pets.m0`` .. ``pets.m2``, and with ``label`` an instance label
     naming the file's first instance."""
-    b = MmvBuilder(version=3, cluster=9, flags=fmt.FLAG_NOPREFIX)
+    b = MmvBuilder(version=3, cluster=9, flags=layout.FLAG_NOPREFIX)
     b.indoms.append(mb.Indom(2, [mb.Instance(i, f"p{i}") for i in insts]))
     b.metrics += [mb.Metric(f"pets.m{j}", j + 1, indom=2) for j in range(3)]
     b.values += [mb.Value(f"pets.m{j}", i, i) for j in range(3) for i in insts]
     if label:
         payload = json.dumps({"first": insts[0]})
-        b.labels += [mb.Label(fmt.LABEL_INSTANCES, 2, payload, internal=i) for i in insts]
+        b.labels += [mb.Label(layout.LABEL_INSTANCES, 2, payload, internal=i) for i in insts]
     return b
 
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import SPILL_CAP, Catalogue, fnv1a32
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.registry import Registry
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.namespace.catalogue import SPILL_CAP, Catalogue, fnv1a32
+from pmda_mmv.namespace.registry import Registry
 from tests import mmvbuild as mb
 from tests.pmcd import REGISTRY_NAME, PrivatePmcd, make_dir, our_agent, registry_dir
 from tests.writers.libpcp_mmv import (
@@ -54,7 +54,7 @@ def write_registry(path: Path, n: int, base: int = 0, cluster: int = 0) -> Write
     w = Writer(path, cluster=cluster)
     w.registry_label("app", '"big"', LABEL_STRING)
     for k in range(n):
-        w.metric(f"q{k}.count", k + 1, fmt.TYPE_U64, fmt.SEM_COUNTER, short=f"queue {k}")
+        w.metric(f"q{k}.count", k + 1, layout.TYPE_U64, layout.SEM_COUNTER, short=f"queue {k}")
     for k in labelled(n):
         w.metric_label(k + 1, "queue", str(k), LABEL_NUMBER)
     w.start()
@@ -72,11 +72,11 @@ def write_legacy(path: Path, n: int, symbol: str, base: int = 0) -> Mapping:
     """``mmv_stats_init`` (version 1) or ``mmv_stats2_init`` with one name of 64 bytes or
     more (version 2, names in the string table)."""
     metrics = [
-        LegacyMetric(f"q{k}.count", k + 1, fmt.TYPE_U64, fmt.SEM_COUNTER, short=f"queue {k}")
+        LegacyMetric(f"q{k}.count", k + 1, layout.TYPE_U64, layout.SEM_COUNTER, short=f"queue {k}")
         for k in range(n)
     ]
     if symbol == "mmv_stats2_init":
-        metrics[-1] = LegacyMetric("l" * 70, n, fmt.TYPE_U64, fmt.SEM_COUNTER, short="long")
+        metrics[-1] = LegacyMetric("l" * 70, n, layout.TYPE_U64, layout.SEM_COUNTER, short="long")
     m = legacy_init(symbol, path, 0, 0, metrics, [])
     for k, lm in enumerate(metrics):
         m.set(lm.name, None, value_of(k, base))
@@ -125,12 +125,12 @@ def hashed_file(version: int, pairs: list[tuple[str, str]], base: int) -> mb.Mmv
     b = mb.MmvBuilder(version=version, cluster=321)
     for k, name in enumerate(n for pair in pairs for n in pair):
         item = fnv1a32(name.encode()) & 1023
-        b.metrics.append(mb.Metric(name, item, fmt.TYPE_U64, shorthelp=f"help {name}"))
+        b.metrics.append(mb.Metric(name, item, layout.TYPE_U64, shorthelp=f"help {name}"))
         b.values.append(mb.Value(name, None, base + k))
     if version == 3:
-        b.labels.append(mb.Label(fmt.LABEL_CLUSTER, 321, '{"lang":"rust"}'))
+        b.labels.append(mb.Label(layout.LABEL_CLUSTER, 321, '{"lang":"rust"}'))
         first = pairs[0][0]
-        b.labels.append(mb.Label(fmt.LABEL_ITEM, fnv1a32(first.encode()) & 1023, '{"x":1}'))
+        b.labels.append(mb.Label(layout.LABEL_ITEM, fnv1a32(first.encode()) & 1023, '{"x":1}'))
     return b
 
 
@@ -281,7 +281,7 @@ def test_processes_of_one_application_still_share_their_cluster(tmp_path: Path) 
     c = Catalogue()
     entries = []
     for name in ("p1", "p2"):
-        b = mb.MmvBuilder(version=2, cluster=40, flags=fmt.FLAG_NOPREFIX)
+        b = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
         b.metrics += [mb.Metric("app.a", 1), mb.Metric("app.big", 2000)]
         b.values += [mb.Value("app.a", None, 1), mb.Value("app.big", None, 2)]
         b.build().write(tmp_path / name)
@@ -315,7 +315,9 @@ def test_spilled_names_remembered_are_bounded(tmp_path: Path) -> None:
     c = Catalogue()
     path = tmp_path / "app"
     for round_ in range(3):
-        names = [(f"r{round_}m{k}", 2000 + k) for k in range(fmt.MAX_ENTRIES[fmt.TOC_METRICS])]
+        names = [
+            (f"r{round_}m{k}", 2000 + k) for k in range(layout.MAX_ENTRIES[layout.TOC_METRICS])
+        ]
         served(c, build(path, names))
     record = c.registry.get(("app", os.getuid()))
     assert record is not None and len(record.spills) == SPILL_CAP
@@ -337,7 +339,7 @@ def test_check_dump_and_debug_list_every_spilled_metric_alike(tmp_path: Path) ->
     [big, client] = json.loads(cli("check", "--json", str(tmp_path)).stdout)  # sorted
     assert (client["status"], big["status"]) == ("ok", "ok")
     assert client["problems"] == big["problems"] == []
-    assert len(big["spills"]) == 1500 - fmt.MAX_ITEM and len(client["spills"]) == 2
+    assert len(big["spills"]) == 1500 - layout.MAX_ITEM and len(client["spills"]) == 2
     expected = {s["name"]: s["pmid"] for s in client["spills"] + big["spills"]}
     for first, second in pairs:
         assert f"metrics[{[n for p in pairs for n in p].index(first)}] {first!r}" in next(
@@ -396,7 +398,7 @@ def test_libpcp_mmv_registry_files_are_served_whole(
     cluster = int(ids["mmv.big.q0.count"].split(".")[1])
     for k in range(n):  # C's PMIDs where C serves them, spill clusters past item 1023
         pmid = ids[f"mmv.big.q{k}.count"]
-        if k + 1 <= fmt.MAX_ITEM:
+        if k + 1 <= layout.MAX_ITEM:
             assert pmid == f"70.{cluster}.{k + 1}"
         else:
             assert int(pmid.split(".")[1]) != cluster
@@ -411,7 +413,7 @@ def test_libpcp_mmv_registry_files_are_served_whole(
     [verdict] = check_json(mmv_dir, mmv_dir / "big")
     assert verdict["status"] == "ok" and len(verdict["served"]) == n
     spills = {s["name"]: s["pmid"] for s in verdict["spills"]}
-    assert len(spills) == max(0, n - fmt.MAX_ITEM)
+    assert len(spills) == max(0, n - layout.MAX_ITEM)
     assert all(ids[name] == pmid for name, pmid in spills.items())  # check agrees
 
 

@@ -27,7 +27,7 @@ import pytest
 import watchdog
 
 import pmda_mmv
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import publish, single, write_pcp_mmv
 from tests.pmcd import MMV_DOMAIN, AgentSpec, PrivatePmcd
 
@@ -78,7 +78,7 @@ def test_process_files_are_served_from_a_checkout_pcp_cannot_read(
     argv += ("--registry", "none")  # never the system's identity registry
     path = f"{unreadable_site}:{pcp_site}"
     agent = AgentSpec("mmv", MMV_DOMAIN, argv, {"PYTHONPATH": path}, notready=True)
-    live = write_pcp_mmv(private_mmv_dir / "live", cluster=12, flags=fmt.FLAG_PROCESS)
+    live = write_pcp_mmv(private_mmv_dir / "live", cluster=12, flags=layout.FLAG_PROCESS)
     publish(private_mmv_dir / "plain", single(cluster=13, value=7))
     pmcd = private_pmcd(agent)
     assert pmcd.fetch("mmv.plain.v") == {None: "7"}

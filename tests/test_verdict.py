@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv import dump, verdict
-from pmda_mmv import layout as fmt
-from pmda_mmv.rules import printable
+from pmda_mmv.commands import check as check_cmd
+from pmda_mmv.commands import dump
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.rules import printable
 from tests import hostile, mmvbuild
 from tests.mmvbuild import Metric, MmvBuilder, Value, sample
 from tests.pmcd import VALUE_LINE, PrivatePmcd, make_dir, our_agent
@@ -41,7 +42,7 @@ tests/test_containers.py and tests/test_hardening.py)."""
 WRITERS: list[mmap.mmap] = []  # this process, the writer of proc_live: its mapping of it
 
 
-def _single(name: str, *, cluster: int, flags: int = 0, mtype: int = fmt.TYPE_U32) -> MmvBuilder:
+def _single(name: str, *, cluster: int, flags: int = 0, mtype: int = layout.TYPE_U32) -> MmvBuilder:
     b = MmvBuilder(cluster=cluster, flags=flags)
     b.metrics.append(Metric(name, 1, mtype))
     b.values.append(Value(name, None, 3))
@@ -67,13 +68,13 @@ def crafted(d: Path) -> None:
     sample().write(d / "client-123")  # not a name component (Speed's issue #53)
     sample().write(d / ".hidden")
     gone = sample()
-    gone.flags, gone.process = fmt.FLAG_PROCESS, _dead_pid()
+    gone.flags, gone.process = layout.FLAG_PROCESS, _dead_pid()
     gone.write(d / "proc_gone")
     minus = sample()
-    minus.flags, minus.process = fmt.FLAG_PROCESS, -1
+    minus.flags, minus.process = layout.FLAG_PROCESS, -1
     minus.write(d / "proc_minus")
     live = sample()
-    live.flags, live.process = fmt.FLAG_PROCESS, os.getpid()
+    live.flags, live.process = layout.FLAG_PROCESS, os.getpid()
     live.write(d / "proc_live")
     with open(d / "proc_live", "rb") as f:  # a live writer maps its file (issue 25)
         WRITERS.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
@@ -81,13 +82,13 @@ def crafted(d: Path) -> None:
     clash.metrics.append(Metric("a.b.c", 2))
     clash.values.append(Value("a.b.c", None, 4))
     clash.write(d / "clash")
-    _single("shared.m", cluster=32, flags=fmt.FLAG_NOPREFIX).write(d / "np_first")
-    _single("shared.m", cluster=33, flags=fmt.FLAG_NOPREFIX, mtype=fmt.TYPE_U64).write(
+    _single("shared.m", cluster=32, flags=layout.FLAG_NOPREFIX).write(d / "np_first")
+    _single("shared.m", cluster=33, flags=layout.FLAG_NOPREFIX, mtype=layout.TYPE_U64).write(
         d / "np_second"
     )
-    _single("control.x", cluster=34, flags=fmt.FLAG_NOPREFIX).write(d / "np_control")
+    _single("control.x", cluster=34, flags=layout.FLAG_NOPREFIX).write(d / "np_control")
     help256 = sample()
-    help256.metrics[0].shorthelp = b"s" * fmt.STRING_SIZE  # as Speed writes
+    help256.metrics[0].shorthelp = b"s" * layout.STRING_SIZE  # as Speed writes
     help256.write(d / "help256")
     (d / "empty").touch()
     os.mkfifo(d / "fifo")
@@ -151,7 +152,7 @@ def served(pmcd: PrivatePmcd) -> Served:
     )
 
 
-def check_dir(path: Path) -> list[verdict.Doc]:
+def check_dir(path: Path) -> list[check_cmd.Doc]:
     done = subprocess.run(
         [sys.executable, "-m", "pmda_mmv", "check", "--json", *OPTIONS, str(path)],
         capture_output=True,
@@ -159,17 +160,17 @@ def check_dir(path: Path) -> list[verdict.Doc]:
         timeout=300,
     )
     assert done.returncode in (0, 1), done.stderr
-    results: list[verdict.Doc] = json.loads(done.stdout)
+    results: list[check_cmd.Doc] = json.loads(done.stdout)
     return results
 
 
 def metric_entries(path: Path) -> int:
     """Metric entries the file's TOC lists (what "all of the file's metrics" counts)."""
     doc = dump.describe(os.path.realpath(path))  # a symlink: its target, as served
-    return sum(t["count"] for t in doc.get("toc", ()) if t["type"] == fmt.TOC_METRICS)
+    return sum(t["count"] for t in doc.get("toc", ()) if t["type"] == layout.TOC_METRICS)
 
 
-def compare(directory: Path, results: list[verdict.Doc], agent: Served) -> list[str]:
+def compare(directory: Path, results: list[check_cmd.Doc], agent: Served) -> list[str]:
     """Every disagreement between check's verdicts and what the agent serves."""
     bad: list[str] = []
     listed = sorted(os.listdir(directory))
@@ -189,9 +190,9 @@ def compare(directory: Path, results: list[verdict.Doc], agent: Served) -> list[
             bad.append(f"{where}: check {status}, agent {agent.state.get(inst)}")
             continue
         count = agent.problems[inst]
-        if len(problems) != min(count, fmt.MAX_PROBLEMS + 1):
+        if len(problems) != min(count, layout.MAX_PROBLEMS + 1):
             bad.append(f"{where}: check {len(problems)} problems, agent {count}")
-        if count <= fmt.MAX_PROBLEMS and problems:
+        if count <= layout.MAX_PROBLEMS and problems:
             last = printable(problems[-1]["message"])
             if not agent.last[inst].endswith(last):
                 bad.append(f"{where}: check's reason {last!r}, agent's {agent.last[inst]!r}")
@@ -264,7 +265,7 @@ def test_help_slot_without_nul_is_served_as_c_serves_it(
     """Speed fills a 256-byte help slot with no NUL: the agent serves its first 255 bytes,
     as the C agent does, and check, the log and the status metric call the file partial."""
     b = _single("m", cluster=40)
-    b.metrics[0].shorthelp = b"x" * fmt.STRING_SIZE
+    b.metrics[0].shorthelp = b"x" * layout.STRING_SIZE
     b.write(private_mmv_dir / "speedy")
     pmcd = private_pmcd(our_agent(private_mmv_dir, "--status-metrics"))
     out = pmcd.run("pminfo", "-t", "mmv.speedy.m")
@@ -275,7 +276,7 @@ def test_help_slot_without_nul_is_served_as_c_serves_it(
         env=dict(os.environ, PCP_TMP_DIR=str(private_mmv_dir.parent)),
     )  # fmt: skip
     assert out.stdout == theirs.stdout, (out.stdout, theirs.stdout, theirs.stderr)
-    assert out.stdout.strip() == f"mmv.speedy.m [{'x' * (fmt.STRING_SIZE - 1)}]", out.stderr
+    assert out.stdout.strip() == f"mmv.speedy.m [{'x' * (layout.STRING_SIZE - 1)}]", out.stderr
     [r] = check_dir(private_mmv_dir)
     assert r["status"] == "partial" == served(pmcd).state["speedy"]
     assert "served as its first 255 bytes" in r["problems"][0]["message"]
@@ -312,11 +313,11 @@ def test_debug_says_partial_when_check_does(tmp_path: Path) -> None:
 def test_check_json_names_the_file_that_won(tmp_path: Path) -> None:
     """NOPREFIX names and clusters: the file that won a conflict is named, and the reserved
     subtree is the agent's."""
-    _single("shared.m", cluster=50, flags=fmt.FLAG_NOPREFIX).write(tmp_path / "first")
-    _single("shared.m", cluster=50, flags=fmt.FLAG_NOPREFIX, mtype=fmt.TYPE_U64).write(
+    _single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX).write(tmp_path / "first")
+    _single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX, mtype=layout.TYPE_U64).write(
         tmp_path / "second"
     )
-    _single("control.x", cluster=51, flags=fmt.FLAG_NOPREFIX).write(tmp_path / "third")
+    _single("control.x", cluster=51, flags=layout.FLAG_NOPREFIX).write(tmp_path / "third")
     by = {Path(r["file"]).name: r for r in check_dir(tmp_path)}
     assert (by["first"]["status"], by["first"]["served"], by["first"]["cluster"]) == (
         "ok",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.filestate import ALL
-from pmda_mmv.watcher import Watcher
+from pmda_mmv.directory.filestate import ALL
+from pmda_mmv.directory.watcher import Watcher
 
 
 class Marks:
@@ -74,7 +74,7 @@ SYSTEM_WATCHER = r"""
 import os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 import watchdog.version
-from pmda_mmv.watcher import Watcher
+from pmda_mmv.directory.watcher import Watcher
 directory = sys.argv[2]
 names, seen = set(), {}
 def mark(name):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import COUNT, MSEC
 from tests.writers.libpcp_mmv import LABEL_BOOLEAN, LABEL_NUMBER, LABEL_STRING, Registry
 
@@ -71,15 +71,15 @@ def write_fleet(path: Path) -> FleetFile:
         m.name: m
         for m in (
             FleetMetric(
-                "requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, SERIAL,
+                "requests", 1, layout.TYPE_U64, layout.SEM_COUNTER, COUNT, SERIAL,
                 "Requests served per backend", {"alpha": 100, "beta": 250, "gamma": 4000},
             ),
             FleetMetric(
-                "latency", 2, fmt.TYPE_DOUBLE, fmt.SEM_INSTANT, MSEC, None,
+                "latency", 2, layout.TYPE_DOUBLE, layout.SEM_INSTANT, MSEC, None,
                 "Mean request latency", {None: 2.5},
             ),
             FleetMetric(
-                "version", 3, fmt.TYPE_STRING, fmt.SEM_DISCRETE, 0, None,
+                "version", 3, layout.TYPE_STRING, layout.SEM_DISCRETE, 0, None,
                 "Service version", {None: "1.2.3"},
             ),
         )

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.writers.libpcp_mmv import (
     LABEL_ARRAY,
     LABEL_BOOLEAN,
@@ -51,24 +51,29 @@ CAPTURES = {"KeyboardReader": "parfait", "large-parfait": "parfait", "pytest": "
 """The captures, by name, with the writer that made each."""
 PERL_WRITER = Path(__file__).with_name("pcp_mmv.pl")
 
-I32, U32, I64, U64 = fmt.TYPE_I32, fmt.TYPE_U32, fmt.TYPE_I64, fmt.TYPE_U64
-FLOAT, DOUBLE, STRING, ELAPSED = fmt.TYPE_FLOAT, fmt.TYPE_DOUBLE, fmt.TYPE_STRING, fmt.TYPE_ELAPSED
-COUNTER, INSTANT, DISCRETE = fmt.SEM_COUNTER, fmt.SEM_INSTANT, fmt.SEM_DISCRETE
-NOPREFIX, PROCESS, SENTINEL = fmt.FLAG_NOPREFIX, fmt.FLAG_PROCESS, fmt.FLAG_SENTINEL
+I32, U32, I64, U64 = layout.TYPE_I32, layout.TYPE_U32, layout.TYPE_I64, layout.TYPE_U64
+FLOAT, DOUBLE, STRING, ELAPSED = (
+    layout.TYPE_FLOAT,
+    layout.TYPE_DOUBLE,
+    layout.TYPE_STRING,
+    layout.TYPE_ELAPSED,
+)
+COUNTER, INSTANT, DISCRETE = layout.SEM_COUNTER, layout.SEM_INSTANT, layout.SEM_DISCRETE
+NOPREFIX, PROCESS, SENTINEL = layout.FLAG_NOPREFIX, layout.FLAG_PROCESS, layout.FLAG_SENTINEL
 ALIVE, NEVER = 1, 2147483647  # header process values: init, and a number no PID reaches
 
 UNITS = [  # a pmUnits word per item, cycled
     0,
-    fmt.units_word(dim_count=1),
-    fmt.units_word(dim_space=1),
-    fmt.units_word(dim_space=1, scale_space=2),
-    fmt.units_word(dim_time=1, scale_time=2),
-    fmt.units_word(dim_time=1, scale_time=1),
-    fmt.units_word(dim_space=1, dim_time=-1, scale_space=1, scale_time=3),
-    fmt.units_word(dim_time=-1, dim_count=1, scale_time=4, scale_count=3),
+    layout.units_word(dim_count=1),
+    layout.units_word(dim_space=1),
+    layout.units_word(dim_space=1, scale_space=2),
+    layout.units_word(dim_time=1, scale_time=2),
+    layout.units_word(dim_time=1, scale_time=1),
+    layout.units_word(dim_space=1, dim_time=-1, scale_space=1, scale_time=3),
+    layout.units_word(dim_time=-1, dim_count=1, scale_time=4, scale_count=3),
 ]
 COUNT = UNITS[1]
-USEC = fmt.UNITS_ELAPSED
+USEC = layout.UNITS_ELAPSED
 
 SAMPLES: dict[int, list[float | str]] = {  # per type, values at the edges of its range
     I32: [-2147483648, 2147483647, 0, -1, 1000],
@@ -137,7 +142,7 @@ def every_type(
     metrics: list[tuple[str, int, int | None]] = []
     for mtype in TYPES:
         for serial in (None, 7) if instances else (None,):
-            name = f"{'multi' if serial else 'single'}.{fmt.TYPE_NAMES[mtype]}"
+            name = f"{'multi' if serial else 'single'}.{layout.TYPE_NAMES[mtype]}"
             item = len(metrics) + 1
             sem = (COUNTER, INSTANT, DISCRETE)[item % 3]
             units = USEC if mtype == ELAPSED else UNITS[item % len(UNITS)]
@@ -173,7 +178,7 @@ def _cluster0(d: Path, p: Params) -> None:
 
 @case("capi-v1-cluster-max", "capi", "cluster 4095, the largest a PMID holds")
 def _cluster_max(d: Path, p: Params) -> None:
-    every_type(d / "clustermax", fmt.MAX_CLUSTER, 0, SIX[:2], shift=4)
+    every_type(d / "clustermax", layout.MAX_CLUSTER, 0, SIX[:2], shift=4)
 
 
 @case("capi-v1-noprefix", "capi", "MMV_FLAG_NOPREFIX: names not under the file's name")
@@ -189,11 +194,11 @@ def _sentinel(d: Path, p: Params) -> None:
     # (a 32-bit -1 leaves the upper half of the 8-byte value zero: not all bits set)
     r = Registry(d / "sentinel", 9, SENTINEL).indom(1, [(1, "a"), (2, "b")], "a and b")
     for item, mtype in enumerate(TYPES, start=1):
-        r.metric(f"s.{fmt.TYPE_NAMES[mtype]}", item, mtype, INSTANT, 0, 1)
+        r.metric(f"s.{layout.TYPE_NAMES[mtype]}", item, mtype, INSTANT, 0, 1)
     r.start()
     for mtype in TYPES:
-        r.set(f"s.{fmt.TYPE_NAMES[mtype]}", "a", sentinel[mtype])
-        r.set(f"s.{fmt.TYPE_NAMES[mtype]}", "b", SAMPLES[mtype][1])
+        r.set(f"s.{layout.TYPE_NAMES[mtype]}", "a", sentinel[mtype])
+        r.set(f"s.{layout.TYPE_NAMES[mtype]}", "b", SAMPLES[mtype][1])
 
 
 @case("capi-v1-empty-indom", "capi", "an indom without instances, and a metric over it")
@@ -347,10 +352,12 @@ def _noflag(d: Path, p: Params) -> None:
 
 @case("capi-units-pad", "capi", "pmUnits with the pad byte set, odd dimensions, NOSUPPORT")
 def _units_pad(d: Path, p: Params) -> None:
-    odd = fmt.units_word(-1, -2, 3, 4, 5, -3)
+    odd = layout.units_word(-1, -2, 3, 4, 5, -3)
     r = Registry(d / "unitspad", 22).metric("pad.ff", 1, U32, INSTANT, COUNT | 0xFF)
     r.metric("pad.01", 2, U32, INSTANT, UNITS[2] | 0x01).metric("dims.neg", 3, DOUBLE, INSTANT, odd)
-    r.metric("sem.zero", 4, U32, fmt.SEM_UNSET).metric("type.nosupport", 5, fmt.TYPE_NOSUPPORT)
+    r.metric("sem.zero", 4, U32, layout.SEM_UNSET).metric(
+        "type.nosupport", 5, layout.TYPE_NOSUPPORT
+    )
     r.start().set("pad.ff", None, 1).set("pad.01", None, 2).set("dims.neg", None, 3.0)
     r.set("sem.zero", None, 4)
 
@@ -377,9 +384,11 @@ def _nometrics(d: Path, p: Params) -> None:
 
 @case("capi-items", "capi", "items 0, 1023 and 1024 (one too many bits); indom serial 2^22-1")
 def _items(d: Path, p: Params) -> None:
-    r = Registry(d / "items", 24).indom(fmt.MAX_SERIAL, [(0, "a")])
-    r.metric("item.zero", 0, U32).metric("item.max", fmt.MAX_ITEM, U32)
-    r.metric("item.big", fmt.MAX_ITEM + 1, U32).metric("item.indom", 5, U32, indom=fmt.MAX_SERIAL)
+    r = Registry(d / "items", 24).indom(layout.MAX_SERIAL, [(0, "a")])
+    r.metric("item.zero", 0, U32).metric("item.max", layout.MAX_ITEM, U32)
+    r.metric("item.big", layout.MAX_ITEM + 1, U32).metric(
+        "item.indom", 5, U32, indom=layout.MAX_SERIAL
+    )
     r.start().set("item.zero", None, 10).set("item.max", None, 11).set("item.big", None, 12)
     r.set("item.indom", "a", 13)
 
@@ -432,7 +441,7 @@ def _many(d: Path, p: Params) -> None:
     kinds = [(U64, 0), (STRING, PROCESS), (DOUBLE, SENTINEL)]
     for i in range(p.many):
         mtype, flags = kinds[i % 3]
-        r = Registry(d / f"f{i:03d}", i % (fmt.MAX_CLUSTER + 1), flags)
+        r = Registry(d / f"f{i:03d}", i % (layout.MAX_CLUSTER + 1), flags)
         if i % 5 == 0:
             r.indom(1, [(k, f"i{k}") for k in range(i % 7 + 1)])
             r.metric("m.multi", 2, U32, INSTANT, 0, 1)

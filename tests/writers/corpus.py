@@ -26,13 +26,13 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests.mmvbuild import field_offsets
 from tests.writers import reference
 from tests.writers.cases import CASES, Case, Params
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-PROCESS_OFFSET = field_offsets(fmt.HEADER)["process"]
+PROCESS_OFFSET = field_offsets(layout.HEADER)["process"]
 
 
 class CorpusError(RuntimeError):

@@ -18,7 +18,7 @@ What differs between libpcp_mmv versions is decided by probing the loaded librar
 its version number (:attr:`Library.add_instance_reports_success`).  The library keeps the
 pointers it is given until the registry is freed, so every string passed in is kept alive by
 the object that passed it.  Nothing here imports python3-pcp; pmUnits travel as their 32-bit
-word (:func:`pmda_mmv.layout.units_word`).
+word (:func:`pmda_mmv.mmvfile.layout.units_word`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 
 INDOM_NULL = -1
 """The registry API's "no indom" serial (``PM_INDOM_NULL`` as the ``int`` it takes)."""
@@ -69,13 +69,13 @@ class Atom(ctypes.Union):
 
 
 ATOM_FIELD = {
-    fmt.TYPE_I32: "l",
-    fmt.TYPE_U32: "ul",
-    fmt.TYPE_I64: "ll",
-    fmt.TYPE_U64: "ull",
-    fmt.TYPE_FLOAT: "f",
-    fmt.TYPE_DOUBLE: "d",
-    fmt.TYPE_ELAPSED: "ll",
+    layout.TYPE_I32: "l",
+    layout.TYPE_U32: "ul",
+    layout.TYPE_I64: "ll",
+    layout.TYPE_U64: "ull",
+    layout.TYPE_FLOAT: "f",
+    layout.TYPE_DOUBLE: "d",
+    layout.TYPE_ELAPSED: "ll",
 }
 """The pmAtomValue member each numeric MMV type is stored in."""
 
@@ -84,7 +84,7 @@ ATOM_FIELD = {
 
 
 class _Instance(ctypes.Structure):  # mmv_instances_t
-    _fields_ = [("internal", ctypes.c_int32), ("external", ctypes.c_char * fmt.NAME_SIZE)]
+    _fields_ = [("internal", ctypes.c_int32), ("external", ctypes.c_char * layout.NAME_SIZE)]
 
 
 class _Instance2(ctypes.Structure):  # mmv_instances2_t
@@ -121,7 +121,7 @@ _METRIC_TAIL = [
 
 
 class _Metric(ctypes.Structure):  # mmv_metric_t
-    _fields_ = [("name", ctypes.c_char * fmt.NAME_SIZE), *_METRIC_TAIL]
+    _fields_ = [("name", ctypes.c_char * layout.NAME_SIZE), *_METRIC_TAIL]
 
 
 class _Metric2(ctypes.Structure):  # mmv_metric2_t
@@ -145,7 +145,7 @@ class LegacyMetric:
     name: str
     item: int
     type: int
-    semantics: int = fmt.SEM_INSTANT
+    semantics: int = layout.SEM_INSTANT
     units: int = 0
     indom: int | None = None
     short: str | None = None
@@ -276,7 +276,7 @@ class Mapping:
     def set_at(self, desc: int, mtype: int, value: float | str) -> None:
         """``mmv_set_string`` for a string, else ``mmv_set_atomvalue`` with the member of
         pmAtomValue that ``mtype`` uses."""
-        if mtype == fmt.TYPE_STRING:
+        if mtype == layout.TYPE_STRING:
             self.set_string(desc, str(value))
             return
         atom = Atom()
@@ -327,11 +327,11 @@ class Mapping:
 
     def values_section(self) -> tuple[int, int]:
         """(address, count) of the mapped file's VALUES section, from its TOC."""
-        header = fmt.HEADER.unpack(ctypes.string_at(self.addr, fmt.HEADER_SIZE))
+        header = layout.HEADER.unpack(ctypes.string_at(self.addr, layout.HEADER_SIZE))
         for k in range(header[4]):
-            at = self.addr + fmt.HEADER_SIZE + k * fmt.TOC_SIZE
-            ttype, count, offset = fmt.TOC.unpack(ctypes.string_at(at, fmt.TOC_SIZE))
-            if ttype == fmt.TOC_VALUES:
+            at = self.addr + layout.HEADER_SIZE + k * layout.TOC_SIZE
+            ttype, count, offset = layout.TOC.unpack(ctypes.string_at(at, layout.TOC_SIZE))
+            if ttype == layout.TOC_VALUES:
                 return self.addr + offset, count
         raise MmvError("the mapped file has no VALUES section")
 
@@ -339,10 +339,10 @@ class Mapping:
         """The VALUES section in file order, read through the mapping (libpcp_mmv lays it
         out metric by metric, instance by instance)."""
         at, count = self.values_section()
-        raw = ctypes.string_at(at, count * fmt.VALUE_SIZE)
+        raw = ctypes.string_at(at, count * layout.VALUE_SIZE)
         return [
-            ValueEntry(at + j * fmt.VALUE_SIZE, metric, instance)
-            for j, (_, _, metric, instance) in enumerate(fmt.VALUE.iter_unpack(raw))
+            ValueEntry(at + j * layout.VALUE_SIZE, metric, instance)
+            for j, (_, _, metric, instance) in enumerate(layout.VALUE.iter_unpack(raw))
         ]
 
     def stop(self, path: str | Path) -> None:
@@ -405,7 +405,7 @@ class Registry:
         name: str,
         item: int,
         mtype: int,
-        semantics: int = fmt.SEM_INSTANT,
+        semantics: int = layout.SEM_INSTANT,
         units: int = 0,
         indom: int | None = None,
         short: str | None = None,

@@ -1,0 +1,184 @@
+"""The command line of ``pmda-mmv pmda`` (the agent pmcd runs): :class:`Options`.
+
+The C agent's options (``-D``, ``-d``, ``-l``, ``-U``) plus ours.  No PCP import: parsed
+(and tested, ``tests/test_cli.py``) without python3-pcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pmda_mmv.directory.scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owners
+from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
+from pmda_mmv.namespace import registry as identity
+from pmda_mmv.namespace.catalogue import Catalogue, Log
+
+
+@dataclass(frozen=True)
+class Options:
+    """Command line of ``pmda-mmv pmda``."""
+
+    domain: int = 70
+    prefix: str = "mmv"
+    logfile: str = "mmv.log"
+    username: str | None = None
+    debug: str | None = None
+    directory: str | None = None
+    status_metrics: bool = False
+    owners: tuple[int, ...] | None = None
+    polling: bool = False
+    notready: bool = False
+    max_size: int = DEFAULT_MAX_SIZE
+    pmid_hash_reset: bool = True
+    max_total: int = MAX_TOTAL
+    max_names: int = MAX_NAMES
+    registry: str | None = None  # None: the default path; "" or "none": memory only
+    registry_cap: int = identity.CAP
+
+
+def add_serving_options(p: argparse.ArgumentParser) -> None:
+    """The options that decide what is served and under which numbers: one definition for
+    the agent, ``check`` and ``debug`` (they must judge as the agent does)."""
+    p.add_argument("-d", "--domain", type=int, default=70, help="PMDA domain (default 70)")
+    p.add_argument("--prefix", default="mmv", help="name prefix and PMNS root (default mmv)")
+    p.add_argument(
+        "--owners",
+        help="serve only files owned by these users (comma-separated "
+        "names or uids); default: any owner, as the C agent",
+    )
+    p.add_argument(
+        "--max-size",
+        type=int,
+        default=DEFAULT_MAX_SIZE // (1 << 20),
+        help="largest file served, in MiB (default 64)",
+    )
+    p.add_argument(
+        "--max-total",
+        type=int,
+        default=MAX_TOTAL >> 20,
+        help="most bytes of all served files together, in MiB (default 1024)",
+    )
+    p.add_argument(
+        "--max-names",
+        type=int,
+        default=MAX_NAMES,
+        help=f"most metric names of all served files together (default {MAX_NAMES})",
+    )
+    p.add_argument(
+        "--registry",
+        help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
+        f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
+    )
+    p.add_argument(
+        "--registry-cap",
+        type=int,
+        default=identity.CAP,
+        help=f"names the identity registry remembers (default {identity.CAP})",
+    )
+
+
+class Limits(Protocol):
+    """The serving options a scanner takes: the agent's :class:`Options` and the commands'
+    (``verdict.Options``) both have them."""
+
+    @property
+    def owners(self) -> tuple[int, ...] | None: ...
+    @property
+    def max_size(self) -> int: ...
+    @property
+    def max_total(self) -> int: ...
+    @property
+    def max_names(self) -> int: ...
+
+
+def scanner_for(
+    directory: str,
+    catalogue: Catalogue,
+    limits: Limits,
+    log: Log | None = None,
+    info: Log | None = None,
+) -> Scanner:
+    """The :class:`~.scanner.Scanner` of ``directory`` under the serving options
+    ``limits``: one place for the agent, ``check`` and ``debug`` (an option added to
+    :func:`add_serving_options` reaches all three here)."""
+    return Scanner(
+        directory,
+        catalogue,
+        owners=limits.owners,
+        max_size=limits.max_size,
+        max_total=limits.max_total,
+        max_names=limits.max_names,
+        log=log,
+        info=info,
+    )
+
+
+def registry_path(registry: str | None, domain: int, var_dir: str) -> str | None:
+    """The registry file for ``--registry`` (None: in memory only)."""
+    if registry is None:
+        return identity.default_path(var_dir, domain)
+    return None if registry in identity.NONE else registry
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser of ``pmda-mmv pmda``."""
+    p = argparse.ArgumentParser(
+        prog="pmda-mmv pmda",
+        description="Serve MMV files to pmcd as PCP's mmv agent. pmcd starts it: "
+        "'pmda-mmv install' (as root) registers it with pmcd; run it by hand only to debug.",
+    )
+    p.add_argument("-D", "--debug", help="PCP debug options (pmdbg(1))")
+    p.add_argument("-l", "--log", default=None, help="log file (default <prefix>.log)")
+    p.add_argument("-U", "--username", help="run as this user (default: the PCP user)")
+    p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/<prefix>)")
+    p.add_argument(
+        "--status-metrics",
+        action="store_true",
+        help="also serve mmv.control.metrics and the per-file mmv.control.file.*",
+    )
+    p.add_argument("--polling", action="store_true", help="poll instead of using inotify")
+    p.add_argument(
+        "--no-pmid-hash-reset",
+        dest="pmid_hash_reset",
+        action="store_false",
+        help="do not keep libpcp_pmda's PMID-hash node count down (PCP < 7.0.1 only; "
+        "later PCPs never need it)",
+    )
+    add_serving_options(p)
+    p.add_argument(
+        "--notready",
+        action="store_true",
+        help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
+    )
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    """Parse the command line; exits 2 on usage errors (argparse)."""
+    p = parser()
+    a = p.parse_args(argv)
+    try:
+        owners = parse_owners(a.owners)
+    except ValueError as e:
+        p.error(str(e))
+    return Options(
+        domain=a.domain,
+        prefix=a.prefix,
+        logfile=a.log or f"{a.prefix}.log",
+        username=a.username,
+        debug=a.debug,
+        directory=a.dir,
+        status_metrics=a.status_metrics,
+        owners=owners,
+        polling=a.polling,
+        notready=a.notready,
+        max_size=a.max_size << 20,
+        pmid_hash_reset=a.pmid_hash_reset,
+        max_total=a.max_total << 20,
+        max_names=a.max_names,
+        registry=a.registry,
+        registry_cap=a.registry_cap,
+    )

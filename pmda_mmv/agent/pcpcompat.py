@@ -1,0 +1,307 @@
+"""Every difference between the PCP and python3-pcp versions pmda-mmv runs on, in one place.
+
+The agent is a drop-in for the C ``pmdammv`` of the PCP it is installed with (tested on
+6.0.3, 6.3.8 and 7.2.2).  What differs between those versions is decided here, by probing
+the installed libpcp for a feature wherever one shows the difference:
+
+* :func:`debug_options`: libpcp has ``pmGetDebug`` (PCP 7, ``libpcp.so.4``).  The C agent
+  of such a PCP serves ``mmv.control.debug`` as a string of debug options (pmdbg(1)) and
+  has ``mmv.control.metrics``; before, ``mmv.control.debug`` is an int and there are three
+  control metrics.  Both changed in one rewrite of the C agent (7.0.0, "dynamic map
+  resets"), so one probe decides both (the definitions are data in
+  :func:`pmda_mmv.agent.control.control_metrics`).
+* :func:`pmid_hash_defect`: libpcp's ``__pmHashWalkCB`` leaves the node count of a hash
+  as it was after deleting every node (fixed in 7.0.1, upstream 737a18aca2): only then is
+  :mod:`pmda_mmv.agent.pmidhash` used, through :class:`PmidHashReset` (``--no-pmid-hash-reset``
+  switches it off).  Probed on a hash of its own.
+* The python3-pcp tables the agent edits directly (metric, help text and indom tables, the
+  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`Tables`, the one place in
+  the package that touches python3-pcp's private attributes; :func:`instid`, a
+  ``pmdaInstid`` whose name need not be UTF-8.
+* :func:`version`: the installed PCP's version, for what no feature shows (only tests use
+  it: expectations on PCP bugs fixed in a known release, such as PCP issue #2418).
+* :func:`count_scale_named`, :func:`extra_units`: the installed ``pmUnitsStr`` names
+  ``count`` for a count scale without dimensions (PCP 7), and reads the former pad bits of
+  a pmUnits (PCP 7.2's extraUnit/extraScale: temperature, voltage, power...).  The agent
+  needs nothing for them (the on-disk word is handed to pmcd bit for bit, and clients
+  print it with their own libpcp); ``pmda-mmv check``/``dump`` print units with the
+  installed ``pmUnitsStr`` too; only their fallback without python3-pcp
+  (:func:`pmda_mmv.mmvfile.layout.format_units`) ignores the extra units and prints PCP 7's names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final
+
+import cpmapi as c_api
+import cpmda
+from pcp import pmapi
+from pcp.pmda import pmdaIndom, pmdaInstid
+
+from pmda_mmv.agent.pmidhash import PmHashCtl, PmidHashCount, locate
+
+LIBPCP: Final = pmapi.LIBPCP
+_LIBC: Final = ctypes.CDLL(None)
+
+
+@functools.cache
+def version() -> tuple[int, ...]:
+    """PCP_VERSION of the installed PCP, e.g. (6, 0, 3)."""
+    text = pmapi.pmContext.pmGetConfig("PCP_VERSION") or "0"
+    return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
+
+# -- mmv.control.*: what the C agent of the installed PCP serves ------------------------
+
+
+@functools.cache
+def debug_options() -> bool:
+    """The installed libpcp reports its debug options as a string (``pmGetDebug``, PCP 7):
+    the C agent's ``mmv.control.debug`` is that string, and it has ``mmv.control.metrics``."""
+    return hasattr(LIBPCP, "pmGetDebug")
+
+
+def get_debug() -> str | int:
+    """``mmv.control.debug`` as the C agent serves it: this process's libpcp debug options
+    (pmGetDebug(3), PCP 7), or libpcp's legacy ``pmDebug`` bits (PCP 6)."""
+    if not debug_options():
+        return ctypes.c_int.in_dll(LIBPCP, "pmDebug").value
+    get = LIBPCP.pmGetDebug
+    get.restype = ctypes.c_void_p  # malloc'd at every call: freed here
+    get.argtypes = []
+    text = get()
+    if not text:
+        return ""
+    try:
+        return ctypes.string_at(text).decode("utf-8", "replace")
+    finally:
+        _LIBC.free(ctypes.c_void_p(text))
+
+
+def store_debug(value: str | int) -> int:
+    """A pmstore into ``mmv.control.debug``, applied to this process's libpcp as the C
+    agent applies it to its own (to pmcd's, as a DSO): PCP 6 sets ``pmDebug`` to the
+    int; PCP 7 replaces the debug options by the string (:func:`set_debug`)."""
+    if debug_options():
+        return set_debug(str(value))
+    ctypes.c_int.in_dll(LIBPCP, "pmDebug").value = int(value)
+    return 0
+
+
+def set_debug(options: str) -> int:
+    """Replace this process's libpcp debug options by ``options`` (pmSetDebug(3) syntax), as
+    the C agent of PCP 7 does on a store: cleared first, so that a bad ``options`` leaves
+    none; 0, or PM_ERR_CONV for options libpcp does not accept."""
+    for name in ("pmClearDebug", "pmSetDebug"):
+        getattr(LIBPCP, name).argtypes = [ctypes.c_char_p]
+        getattr(LIBPCP, name).restype = ctypes.c_int
+    LIBPCP.pmClearDebug(b"all")
+    if options and LIBPCP.pmSetDebug(options.encode()) < 0:
+        LIBPCP.pmClearDebug(b"all")
+        return int(c_api.PM_ERR_CONV)
+    return 0
+
+
+@functools.cache
+def extra_units() -> bool:
+    """The installed pmUnitsStr prints the former pad bits (PCP 7.2's extra units)."""
+    return str(pmapi.pmUnits.from_buffer_copy(struct.pack("=I", 9))) != ""
+
+
+@functools.cache
+def count_scale_named() -> bool:
+    """The installed pmUnitsStr names ``count`` for a count scale without dimensions
+    (PCP 7: ``count x 10^6``; PCP 6: ``x 10^6``)."""
+    return str(pmapi.pmUnits(0, 0, 0, 0, 0, 6)).startswith("count")
+
+
+# -- the PMID hash defect (pmidhash.py) ---------------------------------------------------
+
+PM_HASH_WALK_DELETE_NEXT: Final = 3  # libpcp.h __pmHashWalkState
+
+
+_WALK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@functools.cache
+def pmid_hash_defect() -> bool:
+    """libpcp's walk-based delete keeps the hash's node count (PCP < 7.0.1): two nodes
+    added to a hash of our own, both deleted by ``__pmHashWalkCB``; the count must be 0."""
+    ctl = PmHashCtl()
+    LIBPCP.__pmHashInit(ctypes.byref(ctl))
+    for key in (1, 2):
+        LIBPCP.__pmHashAdd(ctypes.c_uint(key), None, ctypes.byref(ctl))
+    delete: Callable[[Any, Any], int] = lambda node, arg: PM_HASH_WALK_DELETE_NEXT  # noqa: E731
+    LIBPCP.__pmHashWalkCB(_WALK_CB(delete), None, ctypes.byref(ctl))
+    nodes = ctl.nodes
+    LIBPCP.__pmHashClear(ctypes.byref(ctl))
+    return bool(nodes)
+
+
+HASH_NOTE: Final = "with PCP < 7.0.1 each metric-table change will cost more than the last"
+
+
+class PmidHashReset:
+    """The PMID-hash workaround of one agent (:mod:`pmda_mmv.agent.pmidhash`), only where it is
+    needed: ``enabled`` (not ``--no-pmid-hash-reset``) and libpcp has the defect
+    (:func:`pmid_hash_defect`, PCP < 7.0.1).  Construct before dropping privileges (it
+    opens ``/proc/self/mem``); elsewhere it does nothing at all.
+
+    ``problem`` says why a reset that is needed cannot be done (logged at startup)."""
+
+    def __init__(self, domain: int, enabled: bool) -> None:
+        self.count: PmidHashCount | None = None
+        self.problem = ""
+        if enabled and pmid_hash_defect():
+            found = locate(domain, cpmda.__file__)
+            if isinstance(found, str):
+                self.problem = f"PMID hash node count not found ({found}): {HASH_NOTE}"
+            else:
+                self.count = found
+
+    def reset(self) -> str | None:
+        """Before python3-pcp rebuilds its tables (pmdaRehash): set the count right.
+        Returns a line to log when the reset failed (it is not tried again)."""
+        if self.count is None:
+            return None
+        try:
+            self.count.reset()
+        except OSError as e:
+            self.count.close()
+            self.count = None
+            self.problem = f"PMID hash node count: reset failed: {e}: {HASH_NOTE}"
+            return self.problem
+        return None
+
+
+# -- python3-pcp's own tables (the same private attributes in 6.0.3 to 7.2.2) ------------
+
+
+class Tables:
+    """python3-pcp's own metric and indom tables of one ``PMDA``, edited through an index.
+
+    python3-pcp keeps them in lists and dicts it shares with libpcp_pmda; its
+    ``add_indom``, ``remove_metric`` and ``replace_indom`` search a whole list, so a change
+    would cost as much as everything served.  This keeps each entry's position instead and
+    removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
+    not position).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
+    as "" (python3-pcp itself serves "" for both)."""
+
+    def __init__(self, pmda: Any) -> None:
+        self.pmda = pmda
+        self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
+        self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
+
+    def add_metric(self, name: str, metric: Any, oneline: str | None, text: str | None) -> None:
+        p, pmid = self.pmda, metric.m_desc.pmid
+        if name in p._metric_names_map or pmid in p._metrics:
+            raise KeyError(f"metric {name} or its PMID is already served")
+        self.metric_slots[pmid] = len(p._metrictable)
+        p._metrictable.append(metric)
+        p._metrics[pmid] = metric
+        p._metric_names[pmid] = name
+        p._metric_names_map[name] = pmid
+        if oneline is not None:
+            p._metric_oneline[pmid] = oneline
+        if text is not None:
+            p._metric_helptext[pmid] = text
+        cpmda.set_need_refresh()
+
+    def remove_metric(self, name: str, metric: Any) -> None:
+        p, pmid = self.pmda, metric.m_desc.pmid
+        _take(p._metrictable, self.metric_slots, pmid, lambda m: int(m.m_desc.pmid))
+        for table in (p._metrics, p._metric_names, p._metric_oneline, p._metric_helptext):
+            table.pop(pmid, None)
+        p._metric_names_map.pop(name, None)
+        cpmda.set_need_refresh()
+
+    def put_indom(self, indom: Any, oneline: str | None, text: str | None) -> None:
+        """Serve ``indom`` (replacing the one of that number)."""
+        p, key = self.pmda, indom.it_indom
+        self.drop_indom(key)
+        self.indom_slots[key] = len(p._indomtable)
+        p._indomtable.append(indom)
+        p._indoms[key] = indom
+        if oneline is not None:
+            p._indom_oneline[key] = oneline
+        if text is not None:
+            p._indom_helptext[key] = text
+
+    def drop_indom(self, indom: int) -> None:
+        """Remove an instance domain (python3-pcp has no remove_indom)."""
+        p = self.pmda
+        _take(p._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom))
+        for table in (p._indoms, p._indom_oneline, p._indom_helptext):
+            table.pop(indom, None)
+
+
+def instid(internal: int, external: str) -> Any:
+    """A ``pmdaInstid`` naming the instance with the file's bytes (``pmdaInstid`` itself
+    encodes strictly, and an external name need not be UTF-8)."""
+    inst = pmdaInstid(internal, "")
+    inst.i_name = external.encode("utf-8", "surrogateescape")
+    return inst
+
+
+class Instids:
+    """One ``pmdaInstid`` per key (a file name, a (file, instance) pair...), made once and
+    made again only when its instance id or name changes, and the indoms built from them:
+    a change to one instance of a large indom costs one construction, not one per instance.
+    ``made`` counts the constructions."""
+
+    def __init__(self) -> None:
+        self.cache: dict[Hashable, tuple[int, str, Any]] = {}
+        self.made = 0
+
+    def get(self, key: Hashable, internal: int, external: str) -> Any:
+        """The pmdaInstid of ``key``, naming ``internal`` ``external``."""
+        got = self.cache.get(key)
+        if got is None or got[0] != internal or got[1] != external:
+            got = (internal, external, instid(internal, external))
+            self.cache[key] = got
+            self.made += 1
+        return got[2]
+
+    def many(
+        self, pairs: Iterable[tuple[Hashable, int]], external: Callable[[Any], str]
+    ) -> list[Any]:
+        """The pmdaInstids of ``(key, internal)`` pairs, where a key's name is
+        ``external(key)`` (called only for a key not made yet or whose id changed)."""
+        cache, out = self.cache, []
+        for k, internal in pairs:
+            hit = cache.get(k)
+            if hit is not None and hit[0] == internal:
+                out.append(hit[2])
+            else:
+                out.append(self.get(k, internal, external(k)))
+        return out
+
+    def keep(self, keys: Iterable[Hashable]) -> None:
+        """Forget every key but ``keys``."""
+        self.cache = {k: self.cache[k] for k in keys if k in self.cache}
+
+    def indom(self, indom: int, insts: list[Any]) -> Any:
+        """A ``pmdaIndom`` of the pmdaInstids ``insts`` (from :meth:`get`), their array
+        filled in one ctypes copy (python3-pcp's own fills it one field at a time)."""
+        served = pmdaIndom(indom, None)
+        array = (pmdaInstid * len(insts))(*insts)
+        served.it_set = array
+        served.it_numinst = len(insts)
+        served.instids = insts  # the names' bytes stay alive as long as the indom
+        cpmda.set_need_refresh()
+        return served
+
+
+def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:
+    """Remove ``key``'s element from ``table`` (its index in ``slots``)."""
+    at = slots.pop(key, None)
+    if at is None:
+        return
+    last = table.pop()
+    if at < len(table):
+        table[at] = last
+        slots[key_of(last)] = at

@@ -1,0 +1,319 @@
+"""The ``pcp.pmda.PMDA`` glue: PCP's ``mmv`` agent (domain 70, dynamic root ``mmv``).
+
+Callbacks are thin: the :class:`~.scanner.Scanner` decides what is served, the
+:class:`~.catalogue.Catalogue` how it is named, the :class:`~.serving.Serving` model what
+each request answers; this module registers the result with python3-pcp (through
+:mod:`~.pcpcompat`, the one module that knows python3-pcp's internals) and hands pmcd's
+requests to the model.  Every callback is a named method, wrapped by :meth:`MmvPMDA._guard`:
+no exception escapes into libpcp_pmda, each logs one line naming the callback and returns
+a PCP error code.  Importing this module has no side effects; :func:`main` is what pmcd
+runs (``pmda-mmv pmda``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cpmapi as c_api
+import psutil  # noqa: F401 -- imported as root before set_user: see liveness
+from pcp.pmapi import pmContext, pmUnits
+from pcp.pmda import PMDA, pmdaMetric
+
+from pmda_mmv.agent import control, pcpcompat, serving
+from pmda_mmv.agent.control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
+from pmda_mmv.agent.options import Options, parse_args, registry_path, scanner_for
+from pmda_mmv.agent.ratelimit import LogLimit
+from pmda_mmv.agent.serving import Serving
+from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory.scanner import STARTUP_BUDGET, Changes
+from pmda_mmv.directory.watcher import Watcher
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.rules import printable
+from pmda_mmv.namespace.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
+from pmda_mmv.namespace.registry import Registry
+
+__all__ = ["MmvPMDA", "Options", "main", "parse_args"]
+
+HOLD = serving.HOLD  # the hold of files loaded while more wait (serving.Held)
+
+
+def _units(word: int) -> pmUnits:
+    """The pmUnits for an on-disk word, bit for bit (pad/extra bits included)."""
+    return pmUnits.from_buffer_copy(layout.units_bytes(word))
+
+
+class MmvPMDA(PMDA):  # type: ignore[misc]
+    """PCP's ``mmv`` agent.  Construct, then :meth:`serve` (blocks until pmcd closes)."""
+
+    def __init__(self, opts: Options) -> None:
+        super().__init__(opts.prefix, opts.domain, opts.logfile, "/nonexistent/pmda-mmv/help")
+        self.opts = opts
+        directory = opts.directory or os.path.join(
+            pmContext.pmGetConfig("PCP_TMP_DIR"), opts.prefix
+        )
+        # one limiter for every line about a file: errors (LOG_ERR) and benign events
+        # (LOG_INFO: a writer's exit, a file not ready yet, a number reassigned)
+        self.file_log = LogLimit(self.err, info=self.log)
+        path = registry_path(opts.registry, opts.domain, pmContext.pmGetConfig("PCP_VAR_DIR"))
+        self.registry = Registry(path, opts.registry_cap, log=self.file_log)
+        self.registry.load()  # before the first scan (and before set_user: read as started)
+        self.catalogue = Catalogue(
+            opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
+        )
+        self.scanner = scanner_for(
+            directory, self.catalogue, opts, log=self.file_log, info=self.file_log.info
+        )
+        self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
+        self.model = Serving(self.catalogue, self.log_line)
+        self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
+        self.pmda_metrics: dict[str, pmdaMetric] = {}
+        self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
+        self.pcp_tables = pcpcompat.Tables(self)  # python3-pcp's own tables, indexed
+        self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
+        self.status_instids = pcpcompat.Instids()  # by file name
+        self.indom_instids: dict[int, pcpcompat.Instids] = {}  # by serial, then internal id
+        self._add_control_metrics()
+        self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
+        self.set_fetch(self._guard(self.prefetch, None))
+        self.set_refresh(self._guard(self.refresh_cluster, None))
+        self.set_fetch_callback(self.model.fetcher())
+        self.set_store_callback(self._guard(self.store_callback, c_api.PM_ERR_PERMISSION))
+        self.set_label(self._guard(self.label_callback, "{}"))
+        self.set_notes(self._guard(self.notes_callback, "{}"))
+        self.set_label_callback(self._guard(self.instance_label_callback, "{}"))
+        self.set_notes_callback(self._guard(self.instance_notes_callback, "{}"))
+
+    def log_line(self, line: str) -> None:
+        """One line in the agent's log (pmNotifyErr at LOG_ERR), made printable."""
+        self.file_log(printable(line))
+
+    # -- startup
+
+    def serve(self) -> None:
+        """Handshake with pmcd, drop privileges, scan, then answer requests.
+
+        With ``--notready`` (pmcd.conf ``pipe binary notready``) pmcd sends nothing until the
+        agent reports ready after its first scan, however long that takes; dbpmda and plain
+        ``pipe binary`` lines must not get that report."""
+        self.connect_pmcd()
+        if self.opts.debug and pcpcompat.set_debug(self.opts.debug):
+            self.log_line(f"-D {self.opts.debug}: not debug options libpcp accepts (pmdbg -l)")
+        if self.pmid_hash.problem:
+            self.log_line(self.pmid_hash.problem)
+        self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
+        # pmcd waits for a notready agent's first scan, answering "Try again": bounded too
+        self._guard(self.refresh_metrics, None)(True, True, STARTUP_BUDGET)
+        if self.opts.notready:
+            self.pmda_ready()
+        self.run()
+
+    def _guard(self, func: Callable[..., Any], fallback: Any) -> Callable[..., Any]:
+        """Wrap a callback so that no exception escapes into libpcp_pmda; a failure logs
+        the callback's name."""
+        name = func.__name__
+
+        def guarded(*args: Any) -> Any:
+            try:
+                return func(*args)
+            except Exception as e:
+                self.log_line(f"{name}: {type(e).__name__}: {e}")
+                return fallback
+
+        guarded.__name__ = name
+        return guarded
+
+    # -- the agent's own metrics
+
+    def _add_control_metrics(self) -> None:
+        own = control.control_metrics(self.opts.status_metrics, pcpcompat.debug_options())
+        for item, metric in own.items():
+            self._add_own(item, metric, c_api.PM_INDOM_NULL)
+        self.model.serve_control(RELOAD, self.reload_value)
+        self.model.serve_control(DEBUG, pcpcompat.get_debug)
+        self.model.serve_control(FILES, self.files_value)
+        self.model.serve_control(METRICS, self.metrics_value)
+        if self.opts.status_metrics:
+            self._update_status_indom()
+            for item, status in control.FILE_STATUS.items():
+                self._add_own(item, status.metric, self.indom(control.STATUS_SERIAL))
+            self.model.serve_status(self.scanner.states)
+
+    def reload_value(self) -> int:
+        """mmv.control.reload: 1 while a rescan is requested or files wait to be loaded."""
+        return int(self.scanner.pending)
+
+    def files_value(self) -> int:
+        """mmv.control.files: the files served."""
+        return len(self.catalogue.files)
+
+    def metrics_value(self) -> int:
+        """mmv.control.metrics: one per PMID, however many files share it (PCP QA 648)."""
+        return len(self.model.served_names)
+
+    def _add_own(self, item: int, metric: ControlMetric, indom: int) -> None:
+        none = pmUnits(0, 0, 0, 0, 0, 0)
+        desc = pmdaMetric(
+            self.pmid(CONTROL_CLUSTER, item), metric.type, indom, metric.semantics, none
+        )
+        self._add(f"{self.opts.prefix}.{metric.name}", desc, metric.oneline, metric.helptext)
+
+    def _update_status_indom(self) -> None:
+        """The status indom from one pmdaInstid per file, made when the file first shows
+        (or its instance changes), not at every change of any file."""
+        states, made = self.scanner.states, self.status_instids
+        insts = made.many(((s.name, s.instance) for s in states.values()), printable)
+        if len(made.cache) > 2 * len(states) + 64:
+            made.keep(states)
+        indom = made.indom(self.indom(control.STATUS_SERIAL), insts)
+        self.pcp_tables.put_indom(indom, *control.STATUS_INDOM_HELP)
+
+    # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.Tables)
+
+    def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
+        self.pcp_tables.add_metric(name, metric, oneline, text)
+        self.pmda_metrics[name] = metric
+
+    def _remove(self, name: str) -> None:
+        metric = self.pmda_metrics.pop(name)
+        self.pcp_tables.remove_metric(name, metric)
+
+    # -- applying scanner changes
+
+    def refresh_metrics(
+        self, force: bool = False, bounded: bool = True, budget: float | None = None
+    ) -> None:
+        """Start of every request: bring the served tables up to date, within the
+        scanner's budget (or ``budget`` seconds) when ``bounded``."""
+        rescans = self.scanner.rescans
+        changes = self.scanner.refresh(force, bounded, budget)
+        taken = self.held.take(changes, self.scanner.queued, time.monotonic())
+        if taken is not None:
+            self.apply(taken)
+        elif changes.states and self.opts.status_metrics:
+            self._update_status_indom()  # pending and refused files show while held
+        if self.scanner.rescans != rescans:
+            if self.reload_stored:  # an explicit reload re-maps everything, as with C
+                self.reload_stored = False
+                self.set_notify_change()
+            self.watcher.ensure()  # (re)arm after the directory appeared or changed
+        elif self.watcher.observer is None:
+            self.watcher.ensure()
+
+    def apply(self, changes: Changes) -> None:
+        """Serve the catalogue's new state: every PMID and indom the changed files touch is
+        registered again from the files that serve it now (several when they share it).
+        Then, however that went, python3-pcp rebuilds its tables (pmdaRehash) when this
+        callback returns: the PMID hash's count is set right first (pmidhash.py)."""
+        if not changes:
+            return
+        self.registry.save()  # every new number on disk before pmcd can see it
+        try:
+            self._apply(changes)
+        finally:
+            problem = self.pmid_hash.reset()
+            if problem:
+                self.log_line(problem)
+
+    def _apply(self, changes: Changes) -> None:
+        plan = self.model.apply(changes)
+        for serial in plan.serials:
+            self._serve_indom(serial)
+        for cluster, item in plan.pmids:  # every old name leaves before any new one arrives
+            old = self.model.unserve_metric(cluster, item)
+            if old is not None:
+                self._remove(old)
+        for cluster, item in plan.pmids:
+            self._serve_metric(cluster, item)
+        if plan.names:
+            self.set_notify_change()
+        if changes.states and self.opts.status_metrics:
+            self._update_status_indom()
+
+    def _serve_indom(self, serial: int) -> None:
+        """Serve PCP indom ``serial`` again: a pmdaInstid made only for an instance new to
+        it (or renamed), however many files share it."""
+        indom = self.indom(serial)
+        self.pcp_tables.drop_indom(indom)
+        served = self.model.indom(serial)
+        if served is None:
+            self.indom_instids.pop(serial, None)
+            return
+        made = self.indom_instids.setdefault(serial, pcpcompat.Instids())
+        insts = [made.get(i, i, n) for i, n in served.instances]
+        if len(made.cache) > 2 * len(insts) + 64:
+            made.keep(i for i, _ in served.instances)
+        self.pcp_tables.put_indom(made.indom(indom, insts), served.oneline, served.helptext)
+
+    def _serve_metric(self, cluster: int, item: int) -> None:
+        sm = self.model.serve_metric(cluster, item)
+        if sm is not None:
+            indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
+            desc = pmdaMetric(
+                self.pmid(cluster, item), sm.type, indom, sm.semantics, _units(sm.units)
+            )
+            self._add(sm.name, desc, sm.oneline, sm.helptext)
+
+    # -- fetch (the per-value callback is the model's: Serving.fetcher)
+
+    def prefetch(self) -> None:
+        """Start of a fetch (set_fetch)."""
+        self.model.prefetch()
+
+    def refresh_cluster(self, cluster: int) -> None:
+        """Once per cluster per fetch: one consistent snapshot of each file's values; a
+        file changed underneath is reloaded."""
+        self.model.snapshot_cluster(cluster, self.reload_changed)
+
+    def reload_changed(self, entry: FileEntry, error: Changed) -> None:
+        """A served file changed underneath a fetch: reloaded now within the request's
+        budget, else by the next requests (no values from it in this fetch)."""
+        self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
+        changes = self.scanner.reload(entry.name)
+        if changes is not None:
+            self.apply(changes)
+
+    # -- store
+
+    def store_callback(self, cluster: int, item: int, inst: int, value: Any) -> int:
+        """pmstore: control.reload (non-zero rescans at the next request, 0 cancels) and
+        control.debug; anything else is PM_ERR_PERMISSION."""
+        if cluster != CONTROL_CLUSTER:
+            return int(c_api.PM_ERR_PERMISSION)
+        if item == RELOAD:
+            self.scanner.reload_requested = self.reload_stored = bool(value)
+            return 0
+        if item == DEBUG:
+            return pcpcompat.store_debug(value)
+        return int(c_api.PM_ERR_PERMISSION)
+
+    # -- labels (Serving.label, Serving.instance_label)
+
+    def label_callback(self, ident: int, ltype: int) -> str:
+        """Cluster, item and indom labels (set_label)."""
+        return self.model.label(ident, ltype, False)
+
+    def notes_callback(self, ident: int, ltype: int) -> str:
+        """Cluster, item and indom notes, the labels marked OPTIONAL (set_notes)."""
+        return self.model.label(ident, ltype, True)
+
+    def instance_label_callback(self, indom: int, inst: int) -> str:
+        """An instance's labels (set_label_callback)."""
+        return self.model.instance_label(indom, inst, False)
+
+    def instance_notes_callback(self, indom: int, inst: int) -> str:
+        """An instance's notes (set_notes_callback)."""
+        return self.model.instance_label(indom, inst, True)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``pmda-mmv pmda``: run the agent until pmcd closes the pipe."""
+    opts = parse_args(argv)
+    fdlimit.raise_soft_limit()  # before the scanner sizes its bounds from it
+    if opts.debug:
+        os.environ["PCP_PYTHON_DEBUG"] = opts.debug
+    MmvPMDA(opts).serve()
+    return 0

@@ -1,0 +1,446 @@
+"""The serving model: what the agent answers pmcd, as data and lookups, without PCP.
+
+:class:`Serving` keeps the tables the callbacks of :mod:`pmda_mmv.agent.pmda` read: the files
+serving each cluster (in name order), the table builder of each PMID, and, for one fetch,
+the files' snapshots and the values built from them.  It also answers label requests and
+serves the agent's own metrics (``<prefix>.control.*``, defined in :mod:`.control`).
+Registering PMIDs and indoms with python3-pcp is the glue's part; this module says which
+ones changed (:meth:`Serving.apply`) and what they are.  No ``pcp`` import: it is tested
+without pmcd (``tests/test_serving.py``), like the catalogue.
+
+Keys: a PMID is ``(cluster, item)``, packed as ``(cluster << 10) | item``
+(:func:`key`); instance ids are unsigned, as pmcd hands them to python3-pcp callbacks
+(``PM_IN_NULL`` for a singular metric).  A fetch result is the list ``[value, 1]`` or
+``[PM_ERR_*, 0]``, or None for "no value" (PMDA_FETCH_NOVALUE).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from pmda_mmv.agent.control import FILE_STATUS
+from pmda_mmv.directory.scanner import Changes, FileState
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
+from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.namespace.catalogue import (
+    CONTROL_CLUSTER,
+    Catalogue,
+    FileEntry,
+    ServedIndom,
+    ServedMetric,
+)
+
+Log = Callable[[str], None]
+Values = dict[int, Any] | list[Any]
+"""One metric's values in one fetch, by (unsigned) instance id: a list when the ids are
+0..n-1.  Only plain values: anything else is in the table's second part."""
+Built = tuple[Values, dict[int, Any]]
+Table = Callable[[], "Built | None"]
+"""A PMID's table builder: (values, other results) by instance id, or None when no file
+serving it has a snapshot in this fetch (PM_ERR_AGAIN)."""
+
+# -- the PCP numbers this model answers with (pmapi.h; tests/test_serving.py compares them
+#    with python3-pcp's cpmapi)
+PM_ERR_PMID: Final = -12358
+PM_ERR_AGAIN: Final = -12389
+PM_ERR_VALUE: Final = -12351
+PM_ERR_APPVERSION: Final = -12350
+PM_IN_NULL: Final = 0xFFFFFFFF
+
+NO_VALUES: Final = None
+"""An instance without a value: PMDA_FETCH_NOVALUE.  The client sees the same as for
+PM_ERR_INST (the instance is left out), but libpcp_pmda >= 6.3 logs a warning for every
+PM_ERR_INST of every fetch (40,000 instances without values: 9 MB of log per two fetches)."""
+ERR_AGAIN: Final = [PM_ERR_AGAIN, 0]
+ERR_PMID: Final = [PM_ERR_PMID, 0]
+SPECIAL: Final = {NO_VALUE: NO_VALUES, UNSUPPORTED: [PM_ERR_VALUE, 0]}
+"""Fetch results of the reader's markers: no value, an unreadable string."""
+HOLD: Final = 0.3
+"""Seconds the files loaded while more wait in the scanner's queue may be held back from
+the tables (a removal is applied at once, with all that was held): each table change
+makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are registered
+in a few rebuilds, not one per request."""
+
+
+def key(cluster: int, item: int) -> int:
+    """A PMID's key in :attr:`Serving.tables`: ``(cluster << 10) | item``."""
+    return (cluster << 10) | item
+
+
+# -- what changed ---------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What the glue registers again after :meth:`Serving.apply`: the PCP indom serials
+    and PMIDs (``(cluster, item)``) the changed files touch, sorted; ``names`` is whether
+    the namespace changed (pmcd is told)."""
+
+    serials: list[int] = field(default_factory=list)
+    pmids: list[tuple[int, int]] = field(default_factory=list)
+    names: bool = False
+
+
+class IndomServed(NamedTuple):
+    """A PCP indom as served: instances ``(internal id, external name)`` merged over the
+    files serving it (first name of an id wins), help text of the first file."""
+
+    instances: list[tuple[int, str]]
+    oneline: str | None
+    helptext: str | None
+
+
+class Held:
+    """The changes loaded while more files wait in the scanner's queue, held back from the
+    tables for up to :data:`HOLD` seconds (a removal is applied at once, with all held)."""
+
+    def __init__(self) -> None:
+        self.changes = Changes()
+        self.since = 0.0
+
+    def take(self, changes: Changes, queued: int, now: float) -> Changes | None:
+        """Add ``changes``; returns everything held when it is time to apply it (nothing
+        queued, a removal, or held for HOLD seconds), else None."""
+        if changes and not self.changes:
+            self.since = now
+        self.changes.extend(changes)
+        if not queued or changes.removed or now - self.since >= HOLD:
+            taken, self.changes = self.changes, Changes()
+            return taken
+        return None
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+class Serving:
+    """The tables behind the callbacks (see the module docstring).
+
+    ``log`` receives a line for a table that failed to build (the fetch answers
+    PM_ERR_AGAIN)."""
+
+    def __init__(self, catalogue: Catalogue, log: Log) -> None:
+        self.catalogue = catalogue
+        self.log = log
+        self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
+        self.served_names: dict[int, str] = {}  # key(cluster, item) -> name
+        self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
+        # the first file serving each instance of a PCP indom (internal id, as on disk),
+        # built at the first request after a change to the indom's files
+        self.owners: dict[int, dict[int, ServedIndom]] = {}
+        # each file's table builder of a PMID: kept while the file serves it, so that a
+        # file more makes one builder, not one per file sharing the PMID
+        self.parts: dict[tuple[str, int], Table] = {}
+        # this fetch's: snapshots per file name, values per cluster and item, and the
+        # results that are not values per key
+        self.snaps: dict[str, Snapshot] = {}
+        self.results: dict[int, dict[int, Values]] = {}
+        self.special: dict[int, dict[int, Any]] = {}
+
+    # -- the agent's own metrics
+
+    def serve_control(self, item: int, read: Callable[[], object]) -> None:
+        """Serve control metric ``item`` (singular) with the value ``read()``."""
+
+        def control_table() -> Built:
+            return {PM_IN_NULL: read()}, {}
+
+        self.tables[key(CONTROL_CLUSTER, item)] = control_table
+
+    def serve_status(self, states: dict[str, FileState]) -> None:
+        """Serve the per-file status metrics over ``states`` (the scanner's, live)."""
+        for item, status in FILE_STATUS.items():
+            self.tables[key(CONTROL_CLUSTER, item)] = _status_table(states, status.read)
+
+    # -- applying the scanner's changes
+
+    def apply(self, changes: Changes) -> Plan:
+        """Take the changed files into :attr:`by_cluster` (each cluster's list rebuilt at
+        most once, however many of its files changed) and say which indoms and PMIDs the
+        glue must register again (:meth:`unserve_metric` each, then :meth:`serve_metric`
+        each, so that every old name leaves before any new one arrives)."""
+        gone: dict[int, set[int]] = {}
+        new: dict[int, dict[str, FileEntry]] = {}
+        for entry in changes.removed:
+            for cluster in entry.clusters:  # its own and its spill clusters
+                gone.setdefault(cluster, set()).add(id(entry))
+            self.snaps.pop(entry.name, None)
+            for sm in entry.metrics:
+                self.parts.pop((entry.name, key(sm.cluster, sm.item)), None)
+        for entry in changes.added:  # a name added twice: the last one is served
+            for cluster in entry.clusters:
+                new.setdefault(cluster, {}).pop(entry.name, None)
+                new[cluster][entry.name] = entry
+        for cluster in gone.keys() | new.keys():
+            self._set_cluster(cluster, gone.get(cluster, set()), new.get(cluster, {}))
+        touched = [*changes.removed, *changes.added]
+        serials = sorted({si.serial for e in touched for si in e.indoms.values()})
+        for serial in serials:
+            self.owners.pop(serial, None)
+        return Plan(
+            serials,
+            sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics}),
+            bool(touched),
+        )
+
+    def _set_cluster(self, cluster: int, gone: set[int], new: dict[str, FileEntry]) -> None:
+        old = self.by_cluster.get(cluster, [])
+        files = [e for e in old if id(e) not in gone and e.name not in new]
+        if len(new) == 1 and files:  # one file more: no sort of the whole list
+            [entry] = new.values()
+            bisect.insort(files, entry, key=_name)
+        elif new:
+            files = sorted([*files, *new.values()], key=_name)
+        if files:
+            self.by_cluster[cluster] = files
+        else:
+            self.by_cluster.pop(cluster, None)
+
+    def indom(self, serial: int) -> IndomServed | None:
+        """PCP indom ``serial`` as served now, or None when no file serves it."""
+        sources = self.catalogue.indom_sources.get(serial)
+        if not sources:
+            self.owners.pop(serial, None)
+            return None
+        owners: dict[int, ServedIndom] = {}
+        insts = []
+        for si in sources:
+            for inst in si.indom.instances:
+                if inst.internal not in owners:
+                    owners[inst.internal] = si
+                    insts.append((inst.internal, inst.external))
+        self.owners[serial] = owners
+        first = sources[0].indom
+        return IndomServed(insts, first.shorthelp, first.longhelp)
+
+    def unserve_metric(self, cluster: int, item: int) -> str | None:
+        """Stop serving a PMID; returns the name it was served under (None: not served)."""
+        k = key(cluster, item)
+        self.tables.pop(k, None)
+        return self.served_names.pop(k, None)
+
+    def serve_metric(self, cluster: int, item: int) -> ServedMetric | None:
+        """Serve a PMID from the files serving it now: returns the first file's metric (in
+        name order), whose name, descriptor and help text the PMID has; each instance's
+        value comes from the first file that has it.  None when no file serves it."""
+        sources = self.catalogue.sources.get((cluster, item))
+        if not sources:
+            return None
+        k = key(cluster, item)
+        self.served_names[k] = sources[0].name
+        if len(sources) == 1:
+            self.tables[k] = self._part(sources[0], k)
+        else:
+            self.tables[k] = self._shared(list(sources), k)
+        return sources[0]
+
+    def _shared(self, sources: list[ServedMetric], k: int) -> Table:
+        """The table of PMID ``k`` shared by the files of ``sources``: their builders are
+        looked up at the fetch (one copy of the list here, whatever its length)."""
+
+        def build() -> Built | None:
+            return _first_of([self._part(s, k) for s in sources])()
+
+        return build
+
+    def _part(self, sm: ServedMetric, k: int) -> Table:
+        """The table builder of one file's metric of PMID ``k``, made once per metric."""
+        made = self.parts.get((sm.file, k))
+        if made is None or getattr(made, "sm", None) is not sm:
+            made = self.file_table(self.catalogue.files[sm.file], sm)
+            self.parts[(sm.file, k)] = made
+        return made
+
+    # -- fetch
+    #
+    # Per fetch: prefetch clears this fetch's tables; snapshot_cluster takes one snapshot
+    # per file asked for; the first value asked of a metric builds its whole table
+    # {instance: result} from the snapshot in bulk (MmvFile.column); every value is then
+    # one dict lookup.
+
+    def prefetch(self) -> None:
+        """Start of a fetch: forget the previous fetch's snapshots and values."""
+        self.results.clear()
+        self.special.clear()
+        self.snaps.clear()
+
+    def snapshot_cluster(self, cluster: int, changed: Callable[[FileEntry, Changed], None]) -> None:
+        """One consistent snapshot of each file serving ``cluster`` (one per file per fetch,
+        whichever of its clusters asks first).  A file that changed
+        underneath goes to ``changed`` (which reloads it); then every file serving the
+        cluster now and not yet copied is copied (one that changed again, or whose reload
+        waits for a later request's budget, has no snapshot in this fetch)."""
+        for entry in list(self.by_cluster.get(cluster, ())):
+            if entry.name in self.snaps:  # copied for another of its clusters (spills)
+                continue
+            try:
+                self.snaps[entry.name] = entry.mf.snapshot()
+            except Changed as e:
+                changed(entry, e)
+        for entry in self.by_cluster.get(cluster, ()):
+            if entry.name not in self.snaps:
+                try:
+                    self.snaps[entry.name] = entry.mf.snapshot()
+                except Changed:  # changed again, or its reload waits for the budget
+                    continue  # no values from it in this fetch; the others have theirs
+
+    def fetcher(self) -> Callable[[int, int, int], Any]:
+        """The per-value fetch callback: one lookup in this fetch's values, else
+        :meth:`fetch_miss` (the first value of each metric, and anything not a value)."""
+        results, miss = self.results, self.fetch_miss
+
+        def fetch_callback(cluster: int, item: int, inst: int) -> Any:
+            try:
+                return [results[cluster][item][inst], 1]
+            except LookupError:
+                return miss(cluster, item, inst)
+
+        return fetch_callback
+
+    def fetch_miss(self, cluster: int, item: int, inst: int) -> Any:
+        """Build the metric's table for this fetch, or answer the instance's non-value
+        result, PM_ERR_PMID, no value or PM_ERR_AGAIN (snapshot unavailable or the build
+        failed, logged)."""
+        k = key(cluster, item)
+        tables = self.results.setdefault(cluster, {})
+        if item not in tables:
+            build = self.tables.get(k)
+            if build is None:
+                return ERR_PMID
+            try:
+                built = build()
+            except Exception as e:
+                self.log(f"fetch {cluster}.{item}: {type(e).__name__}: {e}")
+                return ERR_AGAIN
+            if built is None:
+                return ERR_AGAIN
+            tables[item], special = built
+            if special:
+                self.special[k] = special
+            try:
+                return [tables[item][inst], 1]
+            except LookupError:
+                pass
+        return self.special.get(k, {}).get(inst, NO_VALUES)
+
+    def file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
+        """The table builder of one file's metric: (values, other results) by unsigned
+        instance id, from this fetch's snapshot of the file."""
+        keys = sm.indom.keys if sm.indom else SINGULAR
+        if sm.metric.type == layout.TYPE_NOSUPPORT:
+            unsupported = {k: [PM_ERR_APPVERSION, 0] for k in keys}
+            return lambda: ({}, unsupported)
+        return FileTable(sm, entry, self.snaps, keys)
+
+    # -- labels
+
+    def label(self, ident: int, ltype: int, notes: bool) -> str:
+        """Cluster, item and indom labels (PM_LABEL_* ``ltype``; ``ident`` a PMID or an
+        indom, domain included) from the files' LABELS sections; ``notes`` selects those
+        with the on-disk OPTIONAL flag.  "{}" when there are none."""
+        if ltype == layout.LABEL_CLUSTER:  # a spill cluster's are its file's cluster labels
+            files = self.by_cluster.get(ident)
+            return pick(files[0].labels, files[0].notes, notes) if files else "{}"
+        if ltype == layout.LABEL_ITEM:
+            sms = self.catalogue.sources.get(((ident >> 10) & 0xFFF, ident & 0x3FF))
+            return pick(sms[0].labels, sms[0].notes, notes) if sms else "{}"
+        if ltype == layout.LABEL_INDOM:
+            sis = self.catalogue.indom_sources.get(ident & layout.MAX_SERIAL)
+            return pick(sis[0].labels, sis[0].notes, notes) if sis else "{}"
+        return "{}"
+
+    def instance_label(self, indom: int, inst: int, notes: bool) -> str:
+        """Labels of an instance (unsigned id, as python3-pcp passes it), from the first
+        file (in name order) that has it."""
+        inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst
+        serial = indom & layout.MAX_SERIAL
+        owners = self.owners.get(serial)
+        if owners is None:
+            self.indom(serial)  # the owners of its instances, once per change
+            owners = self.owners.get(serial, {})
+        si = owners.get(inst)
+        if si is None:
+            return "{}"
+        labels, optional = si.instance_labels.get(inst, ("", ""))
+        return pick(labels, optional, notes)
+
+
+SINGULAR: Final = [PM_IN_NULL]
+"""The instance ids of a singular metric (one list for all of them)."""
+
+
+class FileTable:
+    """The table builder of one file's metric (:meth:`Serving.file_table`): a callable
+    with five slots where a closure took five cells, a function, a tuple and (singular
+    metrics) a list of keys per name (issue 28)."""
+
+    __slots__ = ("dense", "entry", "keys", "sm", "snaps")
+
+    def __init__(
+        self, sm: ServedMetric, entry: FileEntry, snaps: dict[str, Snapshot], keys: list[int]
+    ) -> None:
+        self.sm = sm
+        self.entry = entry
+        self.snaps = snaps
+        self.keys = keys
+        self.dense = keys is not SINGULAR and keys == list(range(len(keys)))
+
+    def __call__(self) -> Built | None:
+        snap = self.snaps.get(self.entry.name)
+        if snap is None:
+            return None
+        mf, metric, keys = self.entry.mf, self.sm.metric, self.keys
+        values = mf.column(snap, metric)
+        if mf.sliced(snap, metric):
+            return (values if self.dense else dict(zip(keys, values, strict=True))), {}
+        plain: dict[int, Any] = {}
+        special: dict[int, Any] = {}
+        for k, v in zip(keys, values, strict=True):
+            if v is NO_VALUE or v is UNSUPPORTED:
+                special[k] = SPECIAL[v]
+            elif v is not MISSING:
+                plain[k] = v
+        return plain, special
+
+
+def pick(labels: str, notes: str, want_notes: bool) -> str:
+    """The label set asked for: the notes or the labels, "{}" for none."""
+    return (notes if want_notes else labels) or "{}"
+
+
+def _name(entry: FileEntry) -> str:
+    return entry.name
+
+
+def _status_table(states: dict[str, FileState], read: Callable[[FileState], object]) -> Table:
+    def status_table() -> Built:
+        return {s.instance: read(s) for s in states.values()}, {}
+
+    return status_table
+
+
+def _first_of(parts: list[Table]) -> Table:
+    """The table of a PMID several files share: each instance from the first file (in name
+    order) that has it; None (PM_ERR_AGAIN) only when no file has a snapshot."""
+
+    def build() -> Built | None:
+        built = [b for b in (part() for part in parts) if b is not None]
+        if not built:
+            return None
+        values: dict[int, Any] = {}
+        special: dict[int, Any] = {}
+        for part_values, part_special in built:
+            pairs = part_values.items() if isinstance(part_values, dict) else enumerate(part_values)
+            for k, v in pairs:
+                if k not in values and k not in special:
+                    values[k] = v
+            for k, v in part_special.items():
+                if k not in values and k not in special:
+                    special[k] = v
+        return values, special
+
+    return build

@@ -1,0 +1,386 @@
+"""``pmda-mmv check``: the agent's verdict on MMV files, without pmcd.
+
+``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
+file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
+directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
+skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer has exited),
+``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
+(a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
+list of ``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}],
+"served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why"]}],
+"writer", "spills": [{"name", "metric", "pmid", "why"}]}`` (``writer``: a served PROCESS
+file's ``{"pid", "agent_pid", "confirmed"[, "container", "cgroup"]}``, else null;
+``spills``: every metric served under a spill cluster, one the C agent drops for its item,
+docs/spill.md: notes, not problems; the text lists as many as the report's line bound
+leaves room for).
+
+Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``layout.MAX_PROBLEMS``
+problems per file are listed (then one line counting the others), and every control and
+bidirectional character of a name, help text or label is escaped
+(:func:`~.rules.printable`; ``\\uXXXX`` in JSON).  Exit status: 0 when every file is
+``ok``, 1 when any is not, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from pmda_mmv.agent.options import add_serving_options, registry_path, scanner_for
+from pmda_mmv.commands.pcpenv import var_dir
+from pmda_mmv.directory.scanner import (
+    IGNORED,
+    MAX_NAMES,
+    MAX_TOTAL,
+    NOT_READY,
+    OK,
+    REFUSED,
+    ignore_reason,
+    parse_owners,
+)
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Changed, MmvError
+from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE, MmvFile
+from pmda_mmv.mmvfile.rules import printable
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.registry import CAP, Registry
+
+Doc = dict[str, Any]
+
+
+def _problem_doc(line: str, path: str) -> Doc:
+    """One problem line of the scanner (``path: field[ at offset N]: message``, the
+    format of :class:`~.errors.MmvError` and of the catalogue's lines) as field, offset
+    and message; a line without a field is about the whole ``file``."""
+    rest = line.removeprefix(f"{path}: ")
+    m = _PROBLEM.match(rest)
+    if m is None:
+        return {"field": "file", "offset": -1, "message": rest}
+    offset = m.group("offset")
+    return {
+        "field": m.group("field"),
+        "offset": int(offset) if offset is not None else -1,
+        "message": m.group("message"),
+    }
+
+
+_PROBLEM = re.compile(
+    r"(?P<field>[A-Za-z_][\w.\[\]]*(?: [\w.\[\]]+){0,2}?)(?: at offset (?P<offset>\d+))?: "
+    r"(?P<message>.*)",
+    re.DOTALL,
+)
+
+
+class Directory:
+    """The agent's judgement of one directory: a :class:`~.scanner.Scanner` and
+    :class:`~.catalogue.Catalogue` built with the agent's options, after one full scan.
+    :meth:`verdict` is what the agent does with one entry, and why."""
+
+    def __init__(self, directory: str, options: Options) -> None:
+        self.directory = directory
+        self.domain = options.domain
+        self.registry = options.open_registry()  # read only: check never changes it
+        self.catalogue = Catalogue(options.prefix, registry=self.registry)
+        self.scanner = scanner_for(directory, self.catalogue, options)
+        self.scanner.refresh(force=True)
+
+    def entries(self) -> list[str]:
+        """Every entry of the directory, ignored ones too, sorted."""
+        return sorted(os.listdir(self.directory))
+
+    def verdict(self, name: str, shown: str) -> Doc:
+        """``{"file", "status", "problems", "served", "cluster", "conflicts"}`` of entry
+        ``name`` (``shown`` as ``file``): the agent's state, problems and served names;
+        ``conflicts`` names the file that won each metric or cluster this one asked for."""
+
+        def doc(status: str, problems: list[Doc], **decided: object) -> Doc:
+            found = {
+                "served": [],
+                "cluster": None,
+                "conflicts": [],
+                "writer": None,
+                "spills": [],
+                **decided,
+            }
+            return {"file": shown, "status": status, "problems": _bounded(problems), **found}
+
+        path = os.path.join(self.directory, name)
+        ignored = ignore_reason(name)
+        state = self.scanner.states.get(name)
+        if ignored is not None:
+            problems = [{"field": "file", "offset": -1, "message": ignored}]
+            return doc(IGNORED, problems)
+        if state is None:  # not in the listing: gone, or never there
+            try:
+                os.lstat(path)
+                why = "not in the directory's listing"
+            except OSError as e:
+                why = f"cannot stat: {e.strerror}"
+            problems = [{"field": "file", "offset": -1, "message": why}]
+            return doc(REFUSED, problems)
+        entry = state.entry
+        if entry is None:
+            if state.error is not None:
+                return doc(state.state, [state.error.as_dict()])
+            problems = [_problem_doc(p, path) for p in state.problems]
+            return doc(state.state, problems, conflicts=self._lost(path)[: layout.MAX_PROBLEMS])
+        mf = entry.mf
+        status = state.state
+        try:
+            mf.snapshot()  # what a fetch reads: a file changed underneath must be reloaded
+        except Changed as e:
+            return doc(NOT_READY, [e.as_dict()])
+        problems = [p.as_dict() for p in mf.problems]
+        problems += [_problem_doc(p, "") for p in entry.problems]
+        served = [m.name for m in entry.metrics]
+        conflicts: list[Doc] = []
+        if mf.header.cluster and entry.cluster != mf.header.cluster:
+            holders = [e.name for e in self.catalogue.files.values()
+                       if e.cluster == mf.header.cluster]  # fmt: skip
+            departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
+            winner = holders[0] if holders else (departed[0][0] if departed else None)
+            lost: Doc = {"cluster": mf.header.cluster, "winner": winner}
+            if entry.identity:
+                lost["why"] = entry.identity
+            conflicts.append(lost)
+        elif entry.identity:  # a cluster-0 file given an evicted name's cluster
+            conflicts.append({"cluster": entry.cluster, "winner": None, "why": entry.identity})
+        conflicts += self._names_lost(mf, set(served), entry.cluster)
+        conflicts = conflicts[: layout.MAX_PROBLEMS]  # bounded, as the problems
+        writer = state.writer.as_dict() if state.writer is not None else None
+        spills = [
+            {
+                "name": sm.name,
+                "metric": sm.metric.name,
+                "pmid": f"{self.domain}.{sm.cluster}.{sm.item}",
+                "why": why,
+            }
+            for sm in entry.metrics
+            if (why := sm.metric.spill)
+        ]
+        return doc(
+            status,
+            problems,
+            served=served,
+            cluster=entry.cluster,
+            conflicts=conflicts,
+            writer=writer,
+            spills=spills,
+        )
+
+    def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
+        """The names of ``mf`` not served for a conflict, each with why (the catalogue's
+        reason now) and the file serving it instead (None when reserved for the agent)."""
+        lost = []
+        for metric, full in zip(mf.metrics, self.catalogue.names_of(mf), strict=True):
+            if full in served:
+                continue
+            item = -1 if metric.spill else metric.item  # not at its item in the cluster
+            winner = self.catalogue.holder(full, cluster, item)
+            why = self.catalogue.name_conflict(full)
+            if winner is not None or why is not None:
+                lost.append({"name": full, "winner": winner, "why": why})
+        return lost
+
+    def _lost(self, path: str) -> list[Doc]:
+        """For a file refused after it was read (none of its metrics served): who serves
+        the names it asked for.  Empty when it cannot be read now."""
+        try:
+            with MmvFile.open(os.path.realpath(path), name=os.path.basename(path)) as mf:
+                return self._names_lost(mf, set(), None)
+        except MmvError:
+            return []
+
+
+def _bounded(problems: list[Doc]) -> list[Doc]:
+    """At most MAX_PROBLEMS problems, then one counting the others."""
+    if len(problems) <= layout.MAX_PROBLEMS:
+        return problems
+    more = len(problems) - layout.MAX_PROBLEMS
+    summary = {
+        "field": "file",
+        "offset": -1,
+        "message": f"{more} more problems not listed (the first {layout.MAX_PROBLEMS} are)",
+        "limit": layout.MAX_PROBLEMS,
+    }
+    return [*problems[: layout.MAX_PROBLEMS], summary]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The agent's options that decide what it serves (``pmda-mmv pmda``'s)."""
+
+    prefix: str = "mmv"
+    owners: tuple[int, ...] | None = None
+    max_size: int = DEFAULT_MAX_SIZE
+    max_total: int = MAX_TOTAL
+    registry: str | None = None  # the registry file (None: in memory, empty)
+    registry_cap: int = CAP
+    domain: int = 70
+    max_names: int = MAX_NAMES
+
+    def open_registry(self, readonly: bool = True) -> Registry:
+        """The agent's identity registry as it is now (loaded; read only unless told)."""
+        registry = Registry(self.registry, self.registry_cap, readonly=readonly)
+        registry.load()
+        return registry
+
+
+def judge(paths: Iterable[str], options: Options) -> list[Doc]:
+    """The agent's verdict on each path: a directory's every entry (sorted), or one
+    entry judged in its own directory with the files beside it."""
+    dirs: dict[str, Directory | Doc] = {}
+
+    def directory(d: str) -> Directory | Doc:
+        key = os.path.realpath(d)
+        if key not in dirs:
+            try:
+                os.listdir(d)
+                dirs[key] = Directory(d, options)
+            except OSError as e:
+                problem = {"field": "file", "offset": -1, "message": f"cannot list: {e.strerror}"}
+                dirs[key] = {"status": REFUSED, "problems": [problem]}
+        return dirs[key]
+
+    results: list[Doc] = []
+    for path in paths:
+        if os.path.isdir(path):
+            d = directory(path)
+            if isinstance(d, dict):
+                results.append({"file": path, **d})
+                continue
+            results += [d.verdict(n, os.path.join(path, n)) for n in d.entries()]
+            continue
+        parent = os.path.dirname(path) or "."
+        d = directory(parent)
+        if isinstance(d, dict):
+            results.append({"file": path, **d})
+        else:
+            results.append(d.verdict(os.path.basename(path), path))
+    return results
+
+
+# -- text rendering ------------------------------------------------------------------------
+
+
+def _problem_lines(problems: Sequence[Doc]) -> list[str]:
+    lines = []
+    for p in problems:
+        where = f" at offset {p['offset']}" if p["offset"] >= 0 else ""
+        limit = f" (limit {p['limit']})" if "limit" in p else ""
+        lines.append(f"  {p['field']}{where}: {p['message']}{limit}")
+    return lines
+
+
+def render_check(result: Doc) -> list[str]:
+    """Text lines of one check (or dump) result: status, problems, and for check the
+    file that won each conflict."""
+    n = len(result["problems"])
+    extra = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
+    lines = [f"{result['file']}: {result['status']}{extra}", *_problem_lines(result["problems"])]
+    room = max(layout.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
+    for c in result.get("conflicts", ())[:room]:
+        if "cluster" in c and c.get("why"):
+            lines.append(f"  cluster: {c['why']}")
+            continue
+        what = c["name"] if "name" in c else f"cluster {c['cluster']}"
+        lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+    writer = result.get("writer")
+    if writer and "container" in writer:  # a writer in another PID namespace
+        lines.append(
+            f"  writer: process {writer['pid']} (PID {writer['agent_pid']} here), "
+            f"container {writer['container']}"
+        )
+    return lines + _spill_lines(result.get("spills", ()), layout.MAX_PROBLEMS + 3 - len(lines))
+
+
+def _spill_lines(spills: Sequence[Doc], room: int) -> list[str]:
+    """The spilled metrics as lines (``spilled: NAME PMID D.C.I: why``), at most ``room``:
+    the last one then counts those not listed."""
+    if not spills or room <= 0:
+        return []
+    shown = spills if len(spills) <= room else spills[: room - 1]
+    lines = [f"  spilled: {s['name']} PMID {s['pmid']}: {s['why']}" for s in shown]
+    if len(shown) < len(spills):
+        lines.append(f"  ... {len(spills) - len(shown)} more spilled metrics (--json lists all)")
+    return lines
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def json_text(obj: object) -> str:
+    """JSON text; ``\\uXXXX`` escapes only when a string holds a character a terminal
+    would act on (see :func:`~.rules.printable`) or bytes that are not UTF-8."""
+    text = json.dumps(obj, indent=1, ensure_ascii=False)
+    if printable(text.replace("\n", " ")) != text.replace("\n", " "):
+        text = json.dumps(obj, indent=1)
+    return text
+
+
+def write_lines(out: TextIO, lines: Iterable[str]) -> None:
+    """Write ``lines``, each made terminal-safe by :func:`~.rules.printable` (control and
+    bidirectional characters, and bytes of names that are not UTF-8, escaped)."""
+    out.write("".join(printable(line) + "\n" for line in lines))
+
+
+def exit_status(results: Sequence[Doc]) -> int:
+    return 0 if all(r["status"] == OK for r in results) else 1
+
+
+def check(paths: Sequence[str], as_json: bool, out: TextIO, options: Options | None = None) -> int:
+    """``pmda-mmv check``: print each file's verdict and problems; return the exit status."""
+    results = judge(paths, options or Options())
+    if as_json:
+        out.write(json_text(results) + "\n")
+    else:
+        for r in results:
+            write_lines(out, render_check(r))
+    return exit_status(results)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``check`` with ``argv``; returns the exit status (2: usage error)."""
+    parser = argparse.ArgumentParser(
+        prog="pmda-mmv check", description=(__doc__ or "").split("\n\n")[1]
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_agent_options(parser)
+    parser.add_argument("paths", nargs="+", metavar="FILE|DIR")
+    try:
+        ns = parser.parse_args(list(argv))
+        options = agent_options(parser, ns)
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
+        return e.code if isinstance(e.code, int) else 2
+    return check(ns.paths, ns.json, sys.stdout, options)
+
+
+def add_agent_options(parser: argparse.ArgumentParser) -> None:
+    """The agent's options that decide what it serves, for ``check`` and ``debug``: the
+    agent's own definitions (:func:`~.options.add_serving_options`)."""
+    add_serving_options(parser)
+
+
+def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Options:
+    """:class:`Options` from :func:`add_agent_options`' arguments (a usage error exits)."""
+    try:
+        owners = parse_owners(ns.owners)
+    except ValueError as e:
+        parser.error(str(e))
+    registry = registry_path(ns.registry, ns.domain, var_dir())
+    return Options(
+        ns.prefix,
+        owners,
+        ns.max_size << 20,
+        ns.max_total << 20,
+        registry,
+        ns.registry_cap,
+        ns.domain,
+        ns.max_names,
+    )

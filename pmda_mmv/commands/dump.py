@@ -1,0 +1,413 @@
+"""``pmda-mmv dump``: everything the reader accepted in MMV files, without pmcd.
+
+``dump [--json] FILE...`` prints every header field, TOC entry, indom, instance, metric,
+value, string and label the reader accepted, plus its problems: what PCP's ``mmvdump``
+shows.  ``--json`` prints one list with one object per file (see :func:`describe`).
+
+Bounded and terminal-safe as ``check`` (:mod:`~.verdict`); the same exit status.  Units
+are formatted as PCP's ``pmUnitsStr(3)`` does, through python3-pcp when it is installed
+and with :func:`~.layout.format_units` otherwise (:func:`~.pcpenv.units_text`), so the
+command does not need python3-pcp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import stat
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TextIO
+
+from pmda_mmv.agent.options import registry_path
+from pmda_mmv.commands.check import (
+    Doc,
+    Options,
+    exit_status,
+    json_text,
+    judge,
+    render_check,
+    write_lines,
+)
+from pmda_mmv.commands.pcpenv import units_text, var_dir
+from pmda_mmv.directory.scanner import NOT_READY, OK, PARTIAL, REFUSED
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
+from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady
+from pmda_mmv.mmvfile.reader import MmvFile
+
+TYPE_TEXT = {
+    layout.TYPE_NOSUPPORT: "not supported",
+    layout.TYPE_I32: "32-bit int",
+    layout.TYPE_U32: "32-bit unsigned int",
+    layout.TYPE_I64: "64-bit int",
+    layout.TYPE_U64: "64-bit unsigned int",
+    layout.TYPE_FLOAT: "float",
+    layout.TYPE_DOUBLE: "double",
+    layout.TYPE_STRING: "string",
+    layout.TYPE_ELAPSED: "elapsed (served as 64-bit int, microsec)",
+}
+SEMANTICS_TEXT = {layout.SEM_UNSET: "unset (served as counter)", **layout.SEM_NAMES}
+FLAG_TEXT = {
+    layout.FLAG_NOPREFIX: "noprefix",
+    layout.FLAG_PROCESS: "process",
+    layout.FLAG_SENTINEL: "sentinel",
+}
+
+
+def status_of(error: MmvError) -> str:
+    """The check status of a file whose open or read raised ``error``: ``not-ready`` for
+    NotReady and Changed (transient: try again), ``refused`` for anything else."""
+    return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
+
+
+def describe(path: str) -> Doc:
+    """Everything known about ``path`` as one JSON-ready dict.
+
+    Keys: ``file``, ``status``, ``problems`` (as in check), ``header`` (raw header fields
+    even for a refused or not-ready file when 40 bytes can be read, else None), and for an
+    ok or partial file ``size``, ``toc``, ``indoms`` (each with ``instances``), ``metrics``,
+    ``values`` (file order), ``strings`` and ``labels``.  Offsets are absolute byte offsets
+    of the entries in the file."""
+    try:
+        mf = MmvFile.open(path)
+    except MmvError as e:
+        return {
+            "file": path,
+            "status": status_of(e),
+            "problems": [e.as_dict()],
+            "header": _raw_header(path),
+        }
+    with mf:
+        try:
+            values = _values(mf, mf.snapshot())
+        except Changed as e:
+            return {"file": path, "status": NOT_READY, "problems": [e.as_dict()], "header": None}
+        return {
+            "file": path,
+            "status": PARTIAL if mf.problems else OK,
+            "problems": [p.as_dict() for p in mf.problems],
+            "size": mf.size,
+            "header": _header(mf),
+            "toc": _toc(mf),
+            "indoms": _indoms(mf),
+            "metrics": _metrics(mf),
+            "values": values,
+            "strings": _strings(mf),
+            "labels": _labels(mf),
+        }
+
+
+def _header_doc(
+    magic: bytes, version: int, g1: int, g2: int, tocs: int, flags: int, process: int, cluster: int
+) -> Doc:
+    return {
+        "magic": magic.decode("latin-1"),
+        "version": version,
+        "g1": g1,
+        "g2": g2,
+        "created": _created(g1),
+        "tocs": tocs,
+        "flags": flags,
+        "flag_names": [name for bit, name in FLAG_TEXT.items() if flags & bit],
+        "process": process,
+        "cluster": cluster,
+    }
+
+
+def _created(g1: int) -> str | None:
+    """The creation time g1 encodes (:func:`~.layout.generation_time`), or None."""
+    seconds = layout.generation_time(g1, time.time())
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
+
+
+def _raw_header(path: str) -> Doc | None:
+    """The header fields of a file the reader did not accept, or None if unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.pread(fd, layout.HEADER_SIZE, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) < layout.HEADER_SIZE:
+        return None
+    return _header_doc(*layout.HEADER.unpack(raw))
+
+
+def _header(mf: MmvFile) -> Doc:
+    h = mf.header
+    return _header_doc(layout.MAGIC, h.version, h.g1, h.g2, h.tocs, h.flags, h.process, h.cluster)
+
+
+def _toc(mf: MmvFile) -> list[Doc]:
+    return [
+        {
+            "index": t.index,
+            "at": t.at,
+            "type": t.type,
+            "section": layout.TOC_NAMES.get(t.type),
+            "count": t.count,
+            "offset": t.offset,
+        }
+        for t in mf.toc
+    ]
+
+
+def _indoms(mf: MmvFile) -> list[Doc]:
+    return [
+        {
+            "serial": indom.serial,
+            "offset": indom.offset,
+            "count": len(indom.instances),
+            "shorthelp": indom.shorthelp,
+            "longhelp": indom.longhelp,
+            "instances": [
+                {"internal": i.internal, "external": i.external, "offset": i.offset}
+                for i in indom.instances
+            ],
+        }
+        for indom in mf.indoms.values()
+    ]
+
+
+def _metrics(mf: MmvFile) -> list[Doc]:
+    return [
+        {
+            "name": m.name,
+            "item": m.item,
+            "offset": m.offset,
+            "type": m.type,
+            "type_name": layout.TYPE_NAMES.get(m.type),
+            "semantics": m.semantics,
+            "semantics_name": SEMANTICS_TEXT.get(m.semantics),
+            "dimension": m.dimension,
+            "units": units_text(m.dimension),
+            "indom": m.indom,
+            "shorthelp": m.shorthelp,
+            "longhelp": m.longhelp,
+            "spill": m.spill or None,
+        }
+        for m in mf.metrics
+    ]
+
+
+def _jsonable(value: object) -> object:
+    """Values as JSON allows them: non-finite floats become "nan", "inf" or "-inf"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _raw_value(mf: MmvFile, mtype: int, raw: bytes, extra: int) -> object:
+    """The stored value, ignoring SENTINEL: number, string text, or hex for other types."""
+    if mtype == layout.TYPE_STRING:
+        return mf.read_string(extra)
+    if mtype in layout.VALUE_FORMAT:
+        return _jsonable(layout.VALUE_FORMAT[mtype].unpack_from(raw)[0])
+    return raw.hex()
+
+
+def _values(mf: MmvFile, snap: Snapshot) -> list[Doc]:
+    out = []
+    for m in mf.metrics:
+        decode = mf.decoder(m.type)
+        insts = mf.indoms[m.indom].instances if m.indom is not None else None
+        for pos, slot in enumerate(m.slots):
+            if slot < 0:
+                continue
+            raw, extra, _, _ = layout.VALUE.unpack_from(snap.data, slot)
+            value = decode(snap, slot)
+            state = "no-value" if value is NO_VALUE else OK
+            state = "unsupported" if value is UNSUPPORTED else state
+            out.append(
+                {
+                    "offset": mf.base + slot,
+                    "metric": m.name,
+                    "item": m.item,
+                    "instance": insts[pos].internal if insts else None,
+                    "external": insts[pos].external if insts else None,
+                    "state": state,
+                    "value": _jsonable(value) if state == OK else None,
+                    "raw": _raw_value(mf, m.type, raw, extra),
+                    "extra": extra,
+                }
+            )
+    return sorted(out, key=lambda v: int(v["offset"]))
+
+
+def _strings(mf: MmvFile) -> list[Doc]:
+    """Entries of every STRINGS section that lies inside the file and was not rejected."""
+    out = []
+    for t in mf.sections:  # accepted: inside the data area, no overlap
+        if t.type != layout.TOC_STRINGS:
+            continue
+        for k in range(t.count):
+            at = t.offset + k * layout.STRING_SIZE
+            out.append({"toc": t.index, "index": k, "offset": at, "text": mf.read_string(at)})
+    return out
+
+
+def _labels(mf: MmvFile) -> list[Doc]:
+    return [
+        {
+            "offset": lab.offset,
+            "kind": layout.LABEL_KINDS[lab.kind],
+            "flags": lab.kind | (layout.LABEL_OPTIONAL if lab.optional else 0),
+            "identity": lab.identity,
+            "internal": lab.internal,
+            "optional": lab.optional,
+            "payload": lab.payload,
+        }
+        for lab in mf.labels
+    ]
+
+
+# -- text rendering ------------------------------------------------------------------------
+
+
+def _q(text: str | None) -> str:
+    """A string shown unambiguously: JSON-quoted (newlines visible), or ``(none)``."""
+    return "(none)" if text is None else json.dumps(text, ensure_ascii=False)
+
+
+def _render_header(h: Doc) -> list[str]:
+    names = "|".join(h["flag_names"]) or "none"
+    created = f" (created {h['created']})" if h["created"] else ""
+    return [
+        "header:",
+        f"  magic      {h['magic']!r}",
+        f"  version    {h['version']}",
+        f"  generation g1={h['g1']} g2={h['g2']}{created}",
+        f"  tocs       {h['tocs']}",
+        f"  flags      {h['flags']:#x} ({names})",
+        f"  process    {h['process']}",
+        f"  cluster    {h['cluster']}",
+    ]
+
+
+def _render_toc(toc: list[Doc]) -> list[str]:
+    lines = ["toc:"]
+    for t in toc:
+        name = t["section"] or f"unknown type {t['type']:#x}"
+        lines.append(
+            f"  [{t['index']}] at {t['at']}: {name}, {t['count']} entries at offset {t['offset']}"
+        )
+    return lines
+
+
+def _render_indoms(indoms: list[Doc]) -> list[str]:
+    lines = ["indoms:"]
+    for d in indoms:
+        lines += [
+            f"  indom {d['serial']} at {d['offset']}: {d['count']} instances",
+            f"    shorthelp {_q(d['shorthelp'])}",
+            f"    longhelp  {_q(d['longhelp'])}",
+        ]
+        lines += [
+            f"    instance {i['internal']} {_q(i['external'])} at {i['offset']}"
+            for i in d["instances"]
+        ]
+    return lines
+
+
+def _render_metrics(metrics: list[Doc]) -> list[str]:
+    lines = ["metrics:"]
+    for m in metrics:
+        indom = "none (singular)" if m["indom"] is None else str(m["indom"])
+        lines += [
+            f"  {m['name']} at {m['offset']}",
+            f"    item {m['item']}, type {TYPE_TEXT.get(m['type'], '?')} ({m['type']}), "
+            f"semantics {m['semantics_name'] or '?'} ({m['semantics']})",
+            f"    units {m['units'] or 'none'} ({m['dimension']:#010x}), indom {indom}",
+            f"    shorthelp {_q(m['shorthelp'])}",
+            f"    longhelp  {_q(m['longhelp'])}",
+        ]
+        if m.get("spill"):
+            pmid = f"PMID {m['pmid']}" if m.get("pmid") else "not served (see check)"
+            lines.append(f"    spilled: {pmid}: {m['spill']}")
+    return lines
+
+
+def _render_value(v: Doc) -> str:
+    inst = "" if v["instance"] is None else f"[{v['instance']} {_q(v['external'])}]"
+    if v["state"] == OK:
+        shown = _q(v["value"]) if isinstance(v["value"], str) else str(v["value"])
+    else:
+        shown = f"({v['state']}; stored {v['raw']!r})"
+    extra = f" (extra {v['extra']})" if v["extra"] and not isinstance(v["value"], str) else ""
+    return f"  {v['metric']}{inst} = {shown}{extra}  at {v['offset']}"
+
+
+def _render_dump(doc: Doc) -> list[str]:
+    lines = render_check(doc)
+    if doc.get("header"):
+        lines += _render_header(doc["header"])
+    if "toc" not in doc:
+        return lines
+    lines += _render_toc(doc["toc"]) + _render_indoms(doc["indoms"])
+    lines += _render_metrics(doc["metrics"])
+    lines += ["values:", *map(_render_value, doc["values"])]
+    lines += ["strings:"] + [
+        f"  [{s['toc']}.{s['index']}] at {s['offset']}: {_q(s['text'])}" for s in doc["strings"]
+    ]
+    lines += ["labels:"] + [
+        f"  {lab['kind']} {lab['identity']}"
+        + (f" instance {lab['internal']}" if lab["kind"] == "instances" else "")
+        + f"{' (optional)' if lab['optional'] else ''} at {lab['offset']}: {lab['payload']}"
+        for lab in doc["labels"]
+    ]
+    return lines
+
+
+def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
+    """``pmda-mmv dump``: print everything in each file; return the exit status."""
+    docs = [describe(p) for p in paths]
+    for d in docs:
+        _spill_pmids(d)
+    if as_json:
+        out.write(json_text(docs) + "\n")
+    else:
+        write_lines(
+            out,
+            [line for k, d in enumerate(docs) for line in ([""] if k else []) + _render_dump(d)],
+        )
+    return exit_status(docs)
+
+
+def _spill_pmids(d: Doc) -> None:
+    """Give each spilled metric of dump ``d`` the PMID the agent serves it under, as
+    ``check`` judges the file (in its directory, the agent's identity registry read only)."""
+    spilled = [m for m in d.get("metrics", ()) if m.get("spill")]
+    if not spilled:
+        return
+    options = Options(registry=registry_path(None, Options.domain, var_dir()))
+    [verdict] = judge([d["file"]], options)
+    pmids = {s["metric"]: s["pmid"] for s in verdict.get("spills", ())}
+    for m in spilled:
+        m["pmid"] = pmids.get(m["name"])
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``dump`` with ``argv``; returns the exit status (2: usage error)."""
+    parser = argparse.ArgumentParser(
+        prog="pmda-mmv dump", description=(__doc__ or "").split("\n\n")[1]
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("paths", nargs="+", metavar="FILE")
+    try:
+        ns = parser.parse_args(list(argv))
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
+        return e.code if isinstance(e.code, int) else 2
+    return dump(ns.paths, ns.json, sys.stdout)

@@ -1,0 +1,357 @@
+"""``pmda-mmv install`` and ``pmda-mmv remove``: make the running interpreter's pmda-mmv PCP's
+mmv agent (domain 70) under the system pmcd, and put the stock C agent back.
+
+The one implementation of the switch-over: the checkout's ``./Install`` and ``./Remove``, a
+pip-installed venv and the Debian package all run it.
+
+install (idempotent, as root):
+
+1. names the interpreter ``pmdammv`` so that pmdaproc.sh's Remove finds the agent by name:
+   in a venv ``<venv>/bin/pmdammv -> python`` (python still finds the venv's pyvenv.cfg);
+   outside a venv ``<prefix>/libexec/pmda-mmv/pmdammv``, which the Debian package ships;
+2. the first time, saves the stock ``$PCP_PMDAS_DIR/mmv`` (symlinks into the pcp package)
+   and the stock pmcd.conf mmv line in ``$PCP_PMDAS_DIR/mmv/.pmda-mmv-stock``;
+3. lays the agent's files (launcher ``pmdammv``, ``Install``, ``Remove``, ``root_mmv``,
+   ``domain.h``) over ``$PCP_PMDAS_DIR/mmv`` with ``pmda-mmv-python``, a symlink to the named
+   interpreter of step 1: no machine-wide record, the agent directory says which venv runs;
+4. runs that directory's ``Install`` (pmdaproc.sh), which replaces the mmv line in pmcd.conf
+   by ``mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 --notready [OPTION..]``;
+5. waits until pmcd serves ``mmv.control.files`` from it.
+
+install --refresh (the Debian package's postinst, after an upgrade of it or of pcp) installs
+again with the current line's options, only when installed from this interpreter.
+
+remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files
+and, when the stock line was the C agent's DSO line, runs the stock ``Install`` to put it back;
+``$PCP_VAR_DIR/pmns/mmv``, which pmdaproc.sh's Install leaves, goes when it was not there
+before install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+#: the agent's files, laid over $PCP_PMDAS_DIR/mmv (see deploy/pmdas/mmv)
+AGENT_FILES = ("Install", "Remove", "pmdammv", "root_mmv", "domain.h")
+#: in the agent directory: symlink to the interpreter the launcher runs
+PYTHON_LINK = "pmda-mmv-python"
+EXECUTABLES = ("Install", "Remove", "pmdammv")
+STOCK = ".pmda-mmv-stock"
+#: the process names of the agent (the launcher's two names)
+NAMES = ("pmdammv", "pmdapmproxy")
+PATH = "/usr/lib/pcp/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class InstallError(Exception):
+    """Why install or remove stopped (printed as ``pmda-mmv: ...``, exit 1)."""
+
+
+def say(text: str) -> None:
+    print(f"== {text}", flush=True)
+
+
+def agent_source() -> Path:
+    """The agent's files: package data in a wheel (``pmda_mmv/pmdadir``), else the checkout's
+    ``deploy/pmdas/mmv`` (an editable install)."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "pmdadir", here.parent / "deploy" / "pmdas" / "mmv"):
+        if all((candidate / f).is_file() for f in AGENT_FILES):
+            return candidate
+    raise InstallError(f"the agent's files ({', '.join(AGENT_FILES)}) are not installed in {here}")
+
+
+def named_interpreter() -> Path:
+    """The interpreter as ``pmdammv`` (made here for a venv; shipped by the Debian package)."""
+    prefix = Path(sys.prefix)
+    if sys.prefix != sys.base_prefix:  # a venv
+        for name in NAMES:
+            link = prefix / "bin" / name
+            if not (link.is_symlink() and os.readlink(link) == "python"):
+                link.unlink(missing_ok=True)
+                link.symlink_to("python")
+        return prefix / "bin" / "pmdammv"
+    named = prefix / "libexec" / "pmda-mmv" / "pmdammv"
+    if not named.exists():
+        raise InstallError(
+            f"{sys.executable} is not a venv's and {named} is missing: install pmda-mmv in a venv "
+            "(python3 -m venv --system-site-packages) or from the Debian package"
+        )
+    return named
+
+
+def pcp_config() -> dict[str, str]:
+    """PCP's configuration (pmGetConfig) for the variables used here."""
+    from pcp.pmapi import pmContext
+
+    names = ("PCP_PMDAS_DIR", "PCP_PMCDCONF_PATH", "PCP_RC_DIR", "PCP_LOG_DIR", "PCP_VAR_DIR")
+    return {n: str(pmContext.pmGetConfig(n)) for n in names}
+
+
+def pmns_file(cfg: dict[str, str]) -> Path:
+    """``$PCP_VAR_DIR/pmns/mmv``: pmdaproc.sh's Install writes it (and merges it into the
+    PMNS root), the stock pcp package has none."""
+    return Path(cfg["PCP_VAR_DIR"]) / "pmns" / "mmv"
+
+
+def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of PCP's scripts: system PATH first (a pyenv python3 lacks
+    python3-pcp); without systemd as init, pmcd is (re)started through $PCP_RC_DIR."""
+    env = {k: v for k, v in os.environ.items() if k != "PCP_ENV_DONE"}
+    env["PATH"] = PATH
+    if not os.path.isdir("/run/systemd/system"):
+        env["PCP_SYSTEMDUNIT_DIR"] = "/nonexistent-pmda-mmv"
+    env.update(extra or {})
+    return env
+
+
+def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    """Run a PCP script with no stdin, its output passed through; fail on a non-zero exit."""
+    done = subprocess.run(list(argv), cwd=cwd, env=env or script_env(), stdin=subprocess.DEVNULL)
+    if done.returncode:
+        raise InstallError(f"{' '.join(argv)} in {cwd} exited {done.returncode}")
+
+
+def mmv_line(pmcdconf: Path) -> str:
+    """The mmv line of pmcd.conf ('' when there is none)."""
+    for line in pmcdconf.read_text().splitlines():
+        if line.split()[:1] == ["mmv"]:
+            return line
+    return ""
+
+
+def pmcd_running() -> bool:
+    done = subprocess.run(
+        ["pmcd_wait", "-h", "local:", "-t", "2"], env=script_env(), capture_output=True
+    )
+    return done.returncode == 0
+
+
+def start_pmcd(cfg: dict[str, str]) -> None:
+    """Start the system pmcd through its rc script when it does not answer; refused when
+    other pmcd processes run (the rc script would stop them all)."""
+    if pmcd_running():
+        return
+    others = subprocess.run(["pgrep", "-x", "pmcd"], capture_output=True, text=True).stdout
+    if others.split():
+        raise InstallError(
+            f"the system pmcd is not answering but other pmcd processes run "
+            f"({' '.join(others.split())}); start it yourself ({cfg['PCP_RC_DIR']}/pmcd start)"
+        )
+    say("starting pmcd")
+    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
+    run([f"{cfg['PCP_RC_DIR']}/pmcd", "start"], Path("/"), env=script_env() | env)
+    done = subprocess.run(["pmcd_wait", "-h", "local:", "-t", "60"], env=script_env())
+    if done.returncode:
+        raise InstallError(f"pmcd did not start; see {cfg['PCP_LOG_DIR']}/pmcd/pmcd.log")
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        raise InstallError("must be run as root (it changes the system pmcd)")
+
+
+def install(agent_options: Sequence[str]) -> None:
+    """Make this interpreter's pmda-mmv the system pmcd's mmv agent (see the module doc)."""
+    need_root()
+    source = agent_source()
+    named = named_interpreter()
+    check = subprocess.run(
+        [named, "-P", "-c", "import pcp.pmda, watchdog, psutil, pmda_mmv.agent.pmda"],
+        capture_output=True,
+        text=True,
+    )
+    if check.returncode:
+        raise InstallError(f"{named} cannot import the agent's modules:\n{check.stderr}")
+    cfg = pcp_config()
+    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
+    pmcdconf = Path(cfg["PCP_PMCDCONF_PATH"])
+    stock = mmvdir / STOCK
+    if not mmvdir.is_dir():
+        raise InstallError(f"{mmvdir} is missing: is the pcp package installed?")
+    if not stock.is_dir():
+        say(f"saving the stock {mmvdir} and pmcd.conf mmv line in {stock}")
+        tmp = stock.with_name(STOCK + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "files").mkdir(parents=True)
+        for entry in mmvdir.iterdir():
+            if not entry.name.startswith(STOCK):
+                dest = tmp / "files" / entry.name
+                if entry.is_symlink() or not entry.is_dir():
+                    shutil.copy2(entry, dest, follow_symlinks=False)
+                else:
+                    shutil.copytree(entry, dest, symlinks=True)
+        line = mmv_line(pmcdconf)
+        (tmp / "pmcd.line").write_text(line + "\n" if line else "")
+        if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
+            (tmp / "pmns.absent").touch()
+        tmp.rename(stock)
+
+    say(f"laying {source} over {mmvdir} (interpreter {named})")
+    for name in AGENT_FILES:
+        src, dest = source / name, mmvdir / name
+        dest.unlink(missing_ok=True)
+        shutil.copyfile(src, dest)
+        os.chown(dest, 0, 0)
+        dest.chmod(0o755 if name in EXECUTABLES else 0o644)
+    link = mmvdir / PYTHON_LINK
+    link.unlink(missing_ok=True)
+    link.symlink_to(named)
+
+    start_pmcd(cfg)
+    options = " ".join(agent_options)
+    say(f"running {mmvdir}/Install (agent options: '{options}')")
+    run(["./Install"], mmvdir, script_env({"PMDA_MMV_OPTIONS": options}))
+    line = mmv_line(pmcdconf)
+    if f"{mmvdir}/pmdammv" not in line:
+        raise InstallError(f"pmcd.conf has no pmda-mmv line after Install (mmv line: '{line}')")
+    # the agent starts, scans, then tells pmcd it is ready: allow it some time
+    for _ in range(30):
+        probe = subprocess.run(
+            ["pmprobe", "-v", "mmv.control.files"], capture_output=True, text=True, env=script_env()
+        ).stdout
+        if probe.startswith("mmv.control.files 1 "):
+            break
+        time.sleep(1)
+    else:
+        raise InstallError(
+            f"pmcd does not serve mmv.control.files; see {cfg['PCP_LOG_DIR']}/pmcd/mmv.log"
+        )
+    say(f"pmcd.conf: {line}")
+    say(f"pmprobe: {probe.strip()}")
+    say("pmda-mmv is installed; 'pmda-mmv remove' puts the stock mmv agent back")
+
+
+def installed_options(line: str, launcher: Path) -> list[str] | None:
+    """The agent options of pmda-mmv's pmcd.conf line (what follows ``-d 70 --notready``),
+    or None when ``line`` does not start our launcher."""
+    words = line.split()
+    if str(launcher) not in words:
+        return None
+    rest = words[words.index(str(launcher)) + 1 :]
+    for fixed in (["-d", "70"], ["--notready"]):
+        if rest[: len(fixed)] == fixed:
+            rest = rest[len(fixed) :]
+    return rest
+
+
+def refresh() -> None:
+    """After an upgrade (of this package, or of pcp, which puts its own files back over
+    ``$PCP_PMDAS_DIR/mmv``): install again, with the options of the current pmcd.conf
+    line, when pmda-mmv is installed from this interpreter; otherwise do nothing."""
+    need_root()
+    cfg = pcp_config()
+    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
+    link = mmvdir / PYTHON_LINK
+    if not (mmvdir / STOCK).is_dir():
+        say("pmda-mmv is not installed; nothing to refresh")
+        return
+    named = named_interpreter()
+    if not link.is_symlink() or os.readlink(link) != str(named):
+        theirs = os.readlink(link) if link.is_symlink() else "(none)"
+        say(f"pmda-mmv is installed from another interpreter ({theirs}); leaving it")
+        return
+    options = installed_options(mmv_line(Path(cfg["PCP_PMCDCONF_PATH"])), mmvdir / "pmdammv")
+    install(options or [])
+
+
+def remove() -> None:
+    """Take pmda-mmv out of the system pmcd and put the stock mmv agent back."""
+    need_root()
+    cfg = pcp_config()
+    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
+    stock = mmvdir / STOCK
+    if not stock.is_dir():
+        say(f"pmda-mmv is not installed (no {stock}); nothing to do")
+        return
+    start_pmcd(cfg)
+    say(f"running {mmvdir}/Remove")
+    run(["./Remove"], mmvdir)
+    say(f"restoring the stock {mmvdir}")
+    for name in (*AGENT_FILES, PYTHON_LINK):
+        (mmvdir / name).unlink(missing_ok=True)
+    for entry in (stock / "files").iterdir():
+        dest = mmvdir / entry.name
+        if dest.is_symlink() or dest.is_file():
+            dest.unlink()
+        elif dest.is_dir():
+            shutil.rmtree(dest)
+        shutil.move(entry, dest)
+    line = (stock / "pmcd.line").read_text().strip()
+    pmns_absent = (stock / "pmns.absent").exists()
+    shutil.rmtree(stock)
+    if not line:
+        say("pmcd.conf had no mmv line before install; leaving mmv out")
+    elif line.split()[2:3] == ["dso"]:
+        say(f"putting the stock mmv line back: running the stock {mmvdir}/Install")
+        run(["./Install"], mmvdir)
+        say(f"pmcd.conf: {mmv_line(Path(cfg['PCP_PMCDCONF_PATH']))}")
+    else:
+        say(
+            "warning: the mmv line before install was not the stock DSO one and is not "
+            f"restored automatically: {line}"
+        )
+    if pmns_absent:  # the names are in the PMNS root; the file was not there before
+        pmns_file(cfg).unlink(missing_ok=True)
+    say("pmda-mmv is removed")
+
+
+def parser(command: str) -> argparse.ArgumentParser:
+    """The argument parser of ``pmda-mmv install`` or ``pmda-mmv remove``."""
+    if command == "install":
+        p = argparse.ArgumentParser(
+            prog="pmda-mmv install",
+            usage="pmda-mmv install [-h] [--refresh | AGENT_OPTION ...]",
+            description="As root: make this interpreter's pmda-mmv the system pmcd's mmv agent "
+            "(pmcd.conf: mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 "
+            "--notready [AGENT_OPTION ...]), saving the stock C agent's files and line.",
+            epilog="AGENT_OPTION: options of 'pmda-mmv pmda' for the pmcd.conf line, such as "
+            "--status-metrics or --owners USERS. Idempotent; 'pmda-mmv remove' undoes it.",
+        )
+        p.add_argument(
+            "--refresh",
+            action="store_true",
+            help="only if pmda-mmv is installed from this interpreter: install again with the "
+            "agent options of the current pmcd.conf line (after an upgrade of pmda-mmv or pcp)",
+        )
+    else:
+        p = argparse.ArgumentParser(
+            prog="pmda-mmv remove",
+            description="As root: take pmda-mmv out of the system pmcd and put the stock C mmv "
+            "agent (its files and pmcd.conf line) back. Idempotent.",
+        )
+        p.set_defaults(refresh=False)
+    return p
+
+
+def main(command: str, argv: Sequence[str]) -> int:
+    """``pmda-mmv install`` / ``pmda-mmv remove``; returns the exit status."""
+    p = parser(command)
+    try:
+        ns, rest = p.parse_known_args(argv)
+        if (command == "remove" or ns.refresh) and rest:
+            p.error(f"unrecognized arguments: {' '.join(rest)}")
+        if command == "install":
+            from pmda_mmv.agent.options import parser as agent_parser
+
+            # validate the agent options as the agent will read them (exits 2 on an error)
+            agent_parser().parse_args(["-d", "70", "--notready", *rest])
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        if ns.refresh:
+            refresh()
+        elif command == "install":
+            install(rest)
+        else:
+            remove()
+    except InstallError as e:
+        print(f"pmda-mmv {command}: {e}", file=sys.stderr)
+        return 1
+    return 0

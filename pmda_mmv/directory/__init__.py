@@ -1,0 +1,8 @@
+"""The directory: which files exist, which are served, and when to look again.
+
+:mod:`.policy` (what a directory entry may be), :mod:`.fdlimit` (the descriptor budget),
+:mod:`.liveness` (MMV_FLAG_PROCESS writers, namespaces included), :mod:`.filestate` (file
+states and changes), :mod:`.backoff` (retrying refused files), :mod:`.loader` (one entry
+to a served file or a refusal), :mod:`.scanner` (the directory's lifecycle under the request
+budget) and :mod:`.watcher` (inotify or watchdog events).  No PCP imports.
+"""

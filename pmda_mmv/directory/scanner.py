@@ -1,0 +1,372 @@
+"""Discovery and lifecycle of the files in one MMV directory, without PCP.
+
+:class:`Scanner` keeps every directory entry's state (:mod:`~.filestate`) and the
+:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`) up to date,
+incrementally: :meth:`Scanner.refresh` runs at the start of each request (as the C agent's
+``mmv_reload_maybe`` does) and costs one ``stat`` of the directory and one ``epoll_wait``
+when nothing changed.  It rescans the listing when the directory changed (mtime, or an
+event queued by :mod:`~.watcher`), retries the files that are not ready as their backoff
+says (:mod:`~.backoff`), notices writers' exits (:mod:`~.liveness`), and checks the
+generation pair of served files at most every ``check_interval`` seconds.  Unchanged files
+keep their descriptor, tables, cluster and PMIDs.
+
+Budget: loading, validating and cataloguing stop once a request has spent ``budget``
+seconds on them (BUDGET; at least one entry is looked at per request, refused ones
+included); the names not reached stay queued, in order, state PENDING, and the next
+requests go on with them.  A listing queues the new names first (a new file is served at
+the next request however many are known), then the known ones (one renamed over has a
+new stat).  A forced refresh (the first scan of an agent pmcd started with
+``pmda-mmv debug``) is not bounded; the first scan of the agent is, by STARTUP_BUDGET.
+A reload a fetch finds (a served file given a new generation) loads at once only while
+the request's budget lasts, else it is queued as any other.
+
+Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
+is retried when the catalogue frees one (in name order, until one is still refused); a file
+refused past ``max_total`` or ``max_names`` when a served file leaves.
+
+Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
+is followed only to a regular file inside the same directory; ``owners``; files larger than
+``max_size`` are refused; a hard link to a file served under another name is refused
+(:mod:`~.loader`).  Every refusal is logged once per change of the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from pmda_mmv.directory.filestate import ALL, EXITED, NOT_READY_GRACE, PENDING, UNSEEN
+from pmda_mmv.directory.filestate import IGNORED as IGNORED  # the names check and the agent import
+from pmda_mmv.directory.filestate import NOT_READY as NOT_READY
+from pmda_mmv.directory.filestate import OK as OK
+from pmda_mmv.directory.filestate import PARTIAL as PARTIAL
+from pmda_mmv.directory.filestate import REFUSED as REFUSED
+from pmda_mmv.directory.filestate import Changes as Changes
+from pmda_mmv.directory.filestate import FileState as FileState
+from pmda_mmv.directory.filestate import ignore_reason as ignore_reason
+from pmda_mmv.directory.filestate import parse_owners as parse_owners
+from pmda_mmv.directory.liveness import exit_reason, running
+from pmda_mmv.directory.loader import Loader
+from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
+from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log
+
+MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
+MAX_NAMES: Final = 500_000
+"""Metric names of all served files together (--max-names): about 0.8 GB of the agent at
+1.6 KB a name (issue 28; the C agent has no bound and was dropped at 1M names)."""
+BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
+CHECK_BUDGET: Final = 64
+"""Served files whose generation and writer one periodic check looks at (round robin)."""
+CLOSE_BUDGET: Final = 256
+"""Descriptors of unserved files one request closes at least (then more within the
+budget)."""
+STARTUP_BUDGET: Final = 1.0
+"""Seconds the first scan spends loading files before the agent reports ready (pmcd sends
+nothing to a ``notready`` agent meanwhile, and answers its clients "Try again"): what is
+left loads within the budget of the next requests."""
+MAX_DIRTY: Final = 4096
+"""Names queued (one each, however many events) before the queue becomes one listing."""
+
+
+class Scanner(Loader):
+    """State of one MMV directory; see the module docstring.  Not thread-safe except for
+    :meth:`mark_dirty`, which the watcher thread calls."""
+
+    def __init__(
+        self,
+        directory: str,
+        catalogue: Catalogue,
+        *,
+        max_size: int = DEFAULT_MAX_SIZE,
+        owners: Iterable[int] | None = None,
+        check_interval: float = 0.05,
+        not_ready_grace: float = NOT_READY_GRACE,
+        log: Log | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        pidfd: bool = True,
+        budget: float | None = BUDGET,
+        max_total: int = MAX_TOTAL,
+        max_names: int = MAX_NAMES,
+        info: Log | None = None,
+    ) -> None:
+        super().__init__(
+            directory,
+            catalogue,
+            max_size=max_size,
+            owners=owners,
+            not_ready_grace=not_ready_grace,
+            log=log,
+            clock=clock,
+            pidfd=pidfd,
+            max_total=max_total,
+            info=info,
+        )
+        self.max_names = max_names
+        self.check_interval = check_interval
+        self.budget = budget
+        self.reload_requested = False
+        self.rescans = 0
+        self.deadline: float | None = None  # this request's end of budget (None: unbounded)
+        self._dir_key: tuple[int, ...] | None = None
+        self._dir_error: str | None = None
+        self._list_error: str | None = None
+        self._last_check = float("-inf")
+        self._check_from = 0  # where the next periodic check starts, in served-name order
+        self._dirty: set[str] = set()
+        self._freed = 0  # catalogue.freed when the starved files were last retried
+        self._starving = False  # a resource freed: the starved files are being retried
+        self._dirty_lock = threading.Lock()
+        self._heavy_turn = False  # this request, heavy files are not left for later
+
+    # -- queries
+
+    @property
+    def pending(self) -> bool:
+        """True while a rescan is pending: a file is not ready, or a reload was requested
+        (what ``mmv.control.reload`` reports)."""
+        return self.reload_requested or bool(self._not_ready) or bool(self._queue)
+
+    @property
+    def queued(self) -> int:
+        """Names waiting for a later request's budget to be loaded."""
+        return len(self._queue)
+
+    @property
+    def retries(self) -> int:
+        """Retries of files not ready so far (header reads or reopens)."""
+        return self._backoff.retries
+
+    def served(self) -> list[FileEntry]:
+        return list(self.catalogue.files.values())
+
+    # -- triggers
+
+    def mark_dirty(self, name: str = ALL) -> None:
+        """Queue a check of ``name`` (or of the whole directory); safe from any thread."""
+        with self._dirty_lock:
+            if len(self._dirty) < MAX_DIRTY:
+                self._dirty.add(name)
+            else:  # bounded: that many changes are cheaper as one listing
+                self._dirty = {ALL}
+
+    def _take_dirty(self) -> set[str]:
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    # -- the per-request check
+
+    def refresh(
+        self, force: bool = False, bounded: bool | None = None, budget: float | None = None
+    ) -> Changes:
+        """Bring the catalogue up to date with the directory (within the budget, or
+        ``budget`` seconds, when ``bounded``, by default unless ``force``); returns what
+        changed.  The request's end of budget stays in :attr:`deadline` for the reloads
+        the fetch itself finds (:meth:`reload`).
+
+        Python's cyclic garbage collector is paused meanwhile: what a refresh allocates
+        (entries, states, tables) lives on, and collections while thousands of files are
+        loaded traverse every object served, more than doubling the catalogue's cost per
+        file at 4,000 files.  What a refresh frees, reference counting frees."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._refresh(force, bounded, self.budget if budget is None else budget)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _refresh(self, force: bool, bounded: bool | None, budget: float | None) -> Changes:
+        changes = self._exited()
+        dirty = self._take_dirty()
+        now = self.clock()
+        bounded = not force if bounded is None else bounded
+        # loading and validating take half the budget: cataloguing and the tables the rest
+        deadline = now + budget / 2 if bounded and budget is not None else None
+        self.deadline = now + budget if bounded and budget is not None else None
+        for name in dirty & self._not_ready:  # an event for a file that waits: at once
+            self._backoff.schedule(self.states[name], 0.0, now)
+        retry = set(self._not_ready) if force else self._backoff.due(now)
+        for name in retry:
+            self.states[name].key = UNSEEN
+        if force or self.reload_requested or ALL in dirty or self._directory_changed():
+            self.reload_requested = False
+            changes.extend(self._rescan())
+        else:
+            changes.extend(self._enqueue(sorted((dirty - self._not_ready) | retry)))
+        if force or now - self._last_check >= self.check_interval:
+            self._last_check = now
+            changes.extend(self._check_served(None if force else CHECK_BUDGET))
+        changes.extend(self._drain(deadline))
+        freed = self.catalogue.freed + self._released
+        self._starving = bool(self._starved) and (self._starving or freed != self._freed)
+        if self._starving:
+            changes.extend(self._retry_starved(deadline))
+        self._freed = self.catalogue.freed + self._released
+        self._close_unserved(deadline)
+        return changes
+
+    def _close_unserved(self, deadline: float | None) -> None:
+        """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
+        ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
+        names unresolvable) and closed over the next requests."""
+        closing, done = self._closing, 0
+        for done, mf in enumerate(closing, 1):
+            mf.close()
+            if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
+                break
+        del closing[:done]
+
+    def _enqueue(self, names: Iterable[str]) -> Changes:
+        """Queue ``names`` for loading (after those already queued); a name not seen
+        before is PENDING until it is reached."""
+        changes = Changes()
+        for name in names:
+            if name in self._queue:
+                continue
+            self._queue[name] = None
+            if name not in self.states:
+                self.states[name] = FileState(name, self._instance(name), state=PENDING)
+                changes.states = True
+        return changes
+
+    def _drain(self, deadline: float | None) -> Changes:
+        """Load queued names in order until ``deadline`` (None: all of them).
+
+        Heavy files (whose load would take more than half the budget at the measured load
+        rate) take turns with the others: every other request leaves them queued, in
+        their place, while the files behind them load, so a stream of new heavy files
+        cannot keep a small new file waiting more than a request or two."""
+        if not self._queue:
+            return Changes()
+        # the queue is not copied: a sweep of 100,000 names costs what each request reaches
+        queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
+        skip = deadline is not None and self.budget is not None and not self._heavy_turn
+        self.skip_bytes = int(self.load_rate * self.budget / 2) if skip and self.budget else None
+        try:
+            changes, stop = self._consider(queue, deadline)
+        finally:
+            self.skip_bytes = None
+        skipped = set(self.skipped)
+        self._heavy_turn = bool(skipped)  # the next request, heavy files go first
+        if stop is not None or skipped:
+            done = list(itertools.takewhile(lambda n: n != stop, queue))
+            for name in done:
+                if name not in skipped:
+                    del queue[name]
+            queue.update(self._queue)  # a name queued again keeps its place
+            self._queue = queue
+        return changes
+
+    def _retry_starved(self, deadline: float | None) -> Changes:
+        """Files refused (or partly served) for want of a cluster, an indom serial or
+        max_total, again in name order, until one still lacks it; past ``deadline`` (once
+        one was looked at) the rest wait, still starved, for the next requests."""
+        changes = Changes()
+        for i, name in enumerate(sorted(self._starved)):
+            if deadline is not None and i and self.clock() >= deadline:
+                return changes  # _starving stays set: the next request goes on
+            self.states[name].key = UNSEEN
+            changes.extend(self._consider([name])[0])
+            if name in self._starved:
+                break
+        self._starving = False
+        return changes
+
+    def reload(self, name: str) -> Changes | None:
+        """Load ``name`` again now (its values read as changed), when the request's budget
+        (:attr:`deadline`) is not spent; else queue it for the next requests and return
+        None (its entry stays served meanwhile: the fetch has no values from it)."""
+        if name in self.states:
+            self.states[name].key = UNSEEN
+        if self.deadline is not None and self.clock() >= self.deadline:
+            self._queue[name] = None
+            return None
+        self._queue.pop(name, None)
+        return self._consider([name])[0]
+
+    def _directory_changed(self) -> bool:
+        try:
+            st = os.stat(self.directory)
+        except OSError as e:
+            error = e.strerror or str(e)
+            changed = error != self._dir_error
+            self._dir_error, self._dir_key = error, None
+            return changed
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        changed = key != self._dir_key or self._dir_error is not None
+        self._dir_key, self._dir_error = key, None
+        return changed
+
+    # -- listing
+
+    def _rescan(self) -> Changes:
+        self.rescans += 1
+        self._directory_changed()
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if ignore_reason(n) is None)
+            self._list_error = None
+        except OSError as e:
+            if e.strerror != self._list_error:  # once per new error, not per request
+                self.log(f"{self.directory}: cannot list directory: {e.strerror}")
+            self._list_error = e.strerror
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                # out of descriptors or memory: what is served stays served, and the
+                # listing is tried again at the next request
+                self._dir_key = None
+                return Changes()
+            names = []
+        changes = Changes()
+        for gone in sorted(set(self.states).difference(names)):
+            changes.extend(self._forget(gone))
+        # new names first: a new file is visible at the next request however many are known;
+        # known names after (one renamed over them has a new stat), within the budget
+        queue, self._queue = self._queue, {}
+        changes.extend(self._enqueue([n for n in names if n not in self.states]))
+        self._queue.update(queue)  # then what was queued, then the rest (all known now)
+        self._queue.update(dict.fromkeys(names))
+        return changes
+
+    # -- served files: generation and writer
+
+    def _check_served(self, budget: int | None) -> Changes:
+        """Check the generation (and the writer, when no pidfd watches it) of served files:
+        all of them, or ``budget`` of them, continuing where the last check stopped."""
+        changes = Changes()
+        stale: list[str] = []
+        served = [(n, self.states[n], e) for n, e in self.catalogue.files.items()]
+        if budget is not None and len(served) > budget:
+            start = self._check_from % len(served)
+            self._check_from = start + budget
+            served = (served + served)[start : start + budget]
+        for name, state, entry in served:
+            try:
+                entry.mf.check_generation()
+            except Changed:
+                stale.append(name)
+                continue
+            writer = state.writer
+            if writer is not None and writer.fd < 0 and not running(writer):
+                why = exit_reason(entry.mf.path, entry.mf, writer)
+                self._set(state, EXITED, why, changes)
+        for name in stale:  # reloaded within the budget, this request or the next ones
+            self.states[name].key = UNSEEN
+        changes.extend(self._enqueue(stale))
+        return changes
+
+    def _exited(self) -> Changes:
+        """Served files whose writer exited since the last request: one epoll_wait."""
+        changes = Changes()
+        for name in self._writers.exited():
+            state = self.states[name]
+            assert state.entry is not None
+            mf = state.entry.mf
+            self._set(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
+        return changes

@@ -1,0 +1,51 @@
+"""STRINGS entries (mmv(5) "Strings"): 256-byte slots of NUL-terminated text, referenced by
+offset from metric names (v2, v3), instance names (v2, v3), help texts and string values."""
+
+from __future__ import annotations
+
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.parse.state import State
+
+
+def cstring(raw: bytes, errors: str = "replace") -> str | None:
+    """The NUL-terminated text at the start of ``raw`` (None without a NUL).  Text PCP
+    passes on as a Python str (help, strings, labels) replaces bytes that are not UTF-8;
+    instance names keep them (``errors="surrogateescape"``) to be served byte for byte."""
+    end = raw.find(b"\0")
+    return None if end < 0 else raw[:end].decode("utf-8", errors)
+
+
+def string(
+    st: State, offset: int, where: str, at: int, optional: bool, errors: str = "replace"
+) -> str | None:
+    """Text of the string entry at ``offset``; problems are recorded, None returned."""
+    if offset == 0:
+        if not optional:
+            st.problem(where, at, "string offset 0 (absent) where a string is required")
+        return None
+    if offset < layout.HEADER_SIZE or offset + layout.STRING_SIZE > st.size:
+        why = f"string offset {offset} outside the file (needs {layout.STRING_SIZE} bytes)"
+        st.problem(where, at, why, st.size - layout.STRING_SIZE)
+        return None
+    text = cstring(st.data[offset : offset + layout.STRING_SIZE], errors)
+    if text is None:
+        why = f"string at {offset} not NUL-terminated within {layout.STRING_SIZE} bytes"
+        st.problem(where, at, why, layout.STRING_SIZE)
+    return text
+
+
+def help_text(st: State, offset: int, where: str, at: int) -> str | None:
+    """Help text; a slot filled to its last byte with no NUL (as Speed writes) is served
+    as its first STRING_SIZE - 1 bytes, as the C agent does, and noted (partial)."""
+    inside = offset >= layout.HEADER_SIZE and offset + layout.STRING_SIZE <= st.size
+    raw = st.data[offset : offset + layout.STRING_SIZE] if inside else b""
+    if raw and b"\0" not in raw:
+        st.problem(
+            where,
+            at,
+            f"string at {offset} not NUL-terminated within {layout.STRING_SIZE} bytes, "
+            f"served as its first {layout.STRING_SIZE - 1} bytes (as the C agent)",
+            layout.STRING_SIZE,
+        )
+        return cstring(raw[:-1] + b"\0")
+    return string(st, offset, where, at, optional=True)

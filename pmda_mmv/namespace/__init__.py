@@ -1,0 +1,7 @@
+"""The namespace: many files' entries to one PCP namespace (pure, no I/O but the registry's).
+
+:mod:`.nametree` (the component tree of names and its rules), :mod:`.numbering` (PCP indom
+serial numbering), :mod:`.registry` (the persistent identity registry: a name's clusters
+and indoms never move or go to another file) and :mod:`.catalogue` (the catalogue of served
+files, PMIDs and indoms).  Imports only :mod:`pmda_mmv.mmvfile`.
+"""

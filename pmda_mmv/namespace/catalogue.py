@@ -1,0 +1,678 @@
+"""Many MMV files to one PCP namespace: clusters, PMIDs, indoms, names, labels and help.
+
+Pure bookkeeping with no PCP imports: the agent turns the :class:`FileEntry` records made here
+into ``pcp.pmda`` metrics and indoms.  Rules (see the README's differences table for where they
+improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
+
+* Cluster 0 is the agent's own.  A file's header cluster (1..4095) is honoured when no other
+  served file holds it, or when the file agrees with the files holding it (same name and
+  descriptor at every shared item: the processes of one application adding instances to
+  the same metrics, PCP QA 648) and has the same owner (uid), so that a stranger cannot
+  join another user's cluster and indoms; cluster 0, or a taken cluster, gets the lowest
+  free cluster not asked for by another file, with a warning when the file asked for it.  A
+  file reloaded under the same name keeps its cluster when it can, so PMIDs stay stable for
+  archives.
+* Names are ``<prefix>.<file>.<metric>``, or ``<prefix>.<metric>`` for NOPREFIX files.  A name
+  that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
+  or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
+  then files of one scan in name order.
+* PCP indom serials (22 bits) are chosen as :mod:`~.indoms` says; files sharing a cluster
+  share its indoms.
+* Spill clusters (docs/spill.md): a metric the C agent would drop for its item (past 1023,
+  or an item an earlier metric of the file has: :attr:`~.entries.Metric.spill`) is served
+  under a further cluster of its file, at a PMID remembered in the identity registry by
+  the file's key and the metric's name; new ones are placed in name order, at
+  ``fnv1a32(name) & 1023`` with linear probing, in the file's spill clusters in the order
+  they were taken, a new one (as a cluster-0 file's) when they are full.  A number another
+  name of the file held is not given again while that name is remembered (at most
+  :data:`SPILL_CAP` names a file).
+* Refusals for want of a resource (no free cluster, no free indom serial) are retried when
+  one frees up: :attr:`Catalogue.freed` counts the releases.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeVar
+
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.entries import Indom, Instance, Metric
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.mmvfile.rules import merge_labels, name_problem, printable
+from pmda_mmv.namespace.nametree import MAX_CHILDREN as MAX_CHILDREN
+from pmda_mmv.namespace.nametree import NameTree
+from pmda_mmv.namespace.numbering import INDOM_MASK as INDOM_MASK
+from pmda_mmv.namespace.numbering import PROBES as PROBES
+from pmda_mmv.namespace.numbering import c_indom, choose_indom, packs
+from pmda_mmv.namespace.numbering import derived_indom as derived_indom
+from pmda_mmv.namespace.registry import Key, Registry, describe
+
+# PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
+PM_TYPE_64: Final = 2
+PM_SEM_COUNTER: Final = 1
+CONTROL_CLUSTER: Final = 0
+REMEMBERED: Final = 10_000
+"""Departed files whose cluster (and status instance id) are kept, so that a file coming
+back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
+of files named by PID would otherwise grow these tables by ~200 bytes per name, forever)."""
+
+SPILL_CAP: Final = 2 * layout.MAX_ENTRIES[layout.TOC_METRICS]
+"""Spilled metric names remembered per file (present ones always): past this the oldest
+departed names are forgotten, and their PMIDs may be given again."""
+ITEMS: Final = layout.MAX_ITEM + 1
+
+Log = Callable[[str], None]
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> None:
+    """``table[key] = value`` as its newest entry; once more than REMEMBERED (+1/8) keys
+    in ``table`` are not ``present``, the oldest of those are dropped, down to REMEMBERED."""
+    table.pop(key, None)
+    table[key] = value
+    if len(table) - len(present) > REMEMBERED * 9 // 8:
+        departed = [n for n in table if n not in present]
+        for old in departed[: len(departed) - REMEMBERED]:
+            del table[old]
+
+
+@dataclass(slots=True)
+class ServedIndom:
+    """One instance domain as served: PCP ``serial`` (domain added by the agent), the file's
+    indom (instances, help), labels (JSON object text, "" when none), per-instance labels
+    and ``keys`` (unsigned instance ids in the order of the value index)."""
+
+    serial: int
+    indom: Indom
+    labels: str = ""
+    notes: str = ""
+    instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
+    keys: list[int] = field(default_factory=list)
+    file: str = ""  # the file serving it
+
+    def __post_init__(self) -> None:
+        # Instance ids in position order, as pmcd hands them to python3-pcp callbacks:
+        # unsigned ("(iiI)"), so that an int32 id of -5 is 4294967291.
+        self.keys = [i.internal & 0xFFFFFFFF for i in self.indom.instances]
+
+
+@dataclass(slots=True)
+class ServedMetric:
+    """One metric as served: full ``name``, PMID (``cluster``, ``item``), PCP descriptor fields
+    (``type`` PM_TYPE_*, ``semantics`` PM_SEM_*, ``units`` pmUnits word, ``indom`` PCP serial or
+    None), help text, and labels/notes (JSON object text, "" when none)."""
+
+    name: str
+    cluster: int
+    item: int
+    type: int
+    semantics: int
+    units: int
+    indom: ServedIndom | None
+    metric: Metric
+    labels: str = ""
+    notes: str = ""
+    file: str = ""  # the file serving it
+
+    @property
+    def oneline(self) -> str | None:
+        """One-line help; None when the file has none (served as PM_ERR_TEXT)."""
+        return self.metric.shorthelp
+
+    @property
+    def helptext(self) -> str | None:
+        """Long help; None when the file has none (served as PM_ERR_TEXT)."""
+        return self.metric.longhelp
+
+
+@dataclass(slots=True)
+class FileEntry:
+    """One served file: its reader, assigned ``cluster``, served metrics and indoms (by the
+    file's own serial), cluster labels, and the naming problems met while adding it."""
+
+    mf: MmvFile
+    cluster: int
+    metrics: list[ServedMetric] = field(default_factory=list)
+    indoms: dict[int, ServedIndom] = field(default_factory=dict)
+    labels: str = ""
+    notes: str = ""
+    problems: list[str] = field(default_factory=list)
+    starved: bool = False  # some indom got no PCP serial: retried when serials free up
+    identity: str = ""  # why it is not served under the cluster it asked for ("" if it is)
+    spills: dict[str, tuple[int, int]] = field(default_factory=dict)  # remembered, by name
+    spill_clusters: list[int] = field(default_factory=list)  # in the order they were taken
+
+    @property
+    def name(self) -> str:
+        return self.mf.name
+
+    @property
+    def clusters(self) -> list[int]:
+        """Every cluster the file is served under: its own, then its spill clusters."""
+        return [self.cluster, *self.spill_clusters]
+
+    @property
+    def spilled(self) -> list[ServedMetric]:
+        """The metrics served under a spill cluster, in file order."""
+        return [sm for sm in self.metrics if sm.metric.spill]
+
+
+class Catalogue:
+    """The namespace of all served files.
+
+    ``add`` a loaded :class:`MmvFile` (returns its :class:`FileEntry`, or None when the file
+    cannot be served at all), ``remove`` it by name.  ``log`` receives one line per refusal or
+    warning, naming the file."""
+
+    def __init__(
+        self,
+        prefix: str = "mmv",
+        reserved: Iterable[str] = ("control",),
+        log: Log | None = None,
+        *,
+        info: Log | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.reserved = {f"{prefix}.{r}" for r in reserved}
+        sink: Log = log or (lambda line: None)
+        self.log: Log = lambda line: sink(printable(line))
+        benign: Log = info or sink
+        self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
+        self.registry = registry if registry is not None else Registry()
+        self.identity = ""  # why the last choose_cluster moved a file (FileEntry.identity)
+        self._evicted = ""  # the eviction the last choose_cluster made, as a note
+        self._free_below = 1  # the lowest cluster that may be neither served nor held
+        self._released = self.registry.released
+        self.refusal = ""  # why the last add() returned None
+        self.starved = False  # whether it returned None for want of a cluster
+        self.freed = 0  # clusters and indom serials released so far (see module rules)
+        self.files: dict[str, FileEntry] = {}
+        self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
+        self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
+        self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
+        # search starts there (from 1, N such files cost N^2 / 2 steps)
+        self.tree = NameTree()  # the served names
+        self.leaves = self.tree.leaves
+        self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
+        self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
+        # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
+        # of every file serving it, in file-name order; the first one describes it.
+        self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
+        self.indom_sources: dict[int, list[ServedIndom]] = {}
+
+    # -- clusters
+
+    def choose_cluster(self, mf: MmvFile, requested: set[int]) -> int | None:
+        """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
+        ``requested`` holds clusters other files in the directory ask for.  None when all
+        4095 are served.  :attr:`identity` says why a file is not served where it asked."""
+        taken, registry = self.owners, self.registry
+        key: Key = (mf.name, mf.uid)
+        asked = mf.header.cluster
+        record = registry.get(key)
+        self.identity = ""
+        if record is not None and asked in (0, record.asked):
+            own = record.cluster  # a returning name: its own cluster, whoever asks for it
+            if own not in taken or self.shareable(mf, own):
+                if record.note:  # moved when it first came: said again, not logged
+                    self.identity = record.note
+                elif asked and own != asked:
+                    self.identity = self._moved(mf, asked, own)
+                return own
+        if asked:
+            if asked in taken:
+                if self.shareable(mf, asked):
+                    return asked
+            else:
+                holders = self.registry.holders(asked, key)
+                if not holders or self._rejoins(mf, asked, holders):
+                    return asked
+            if record is not None and record.cluster not in taken:
+                self.identity = self._moved(mf, asked, record.cluster)
+                return record.cluster  # asks for another cluster it cannot have: keeps its own
+        self._evicted = ""
+        c = self._free_cluster(requested)
+        if c is None:
+            return None
+        if asked:
+            self.identity = self._moved(mf, asked, c)
+            self.info(f"{mf.path}: {layout.header_field('cluster')}: {self.identity}")
+        if self._evicted:
+            self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
+        return c
+
+    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
+        """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
+        if asked in self.owners:
+            holder = self.spill_owner.get(asked) or next(
+                (e.name for e in self.files.values() if e.cluster == asked), "?"
+            )
+            who = f"served to {holder}"
+        else:
+            holders = self.registry.holders(asked, (mf.name, mf.uid))
+            who = f"held by {describe(holders[0])} (departed)" if holders else "free now"
+        return f"asked for cluster {asked}, {who}: served as cluster {cluster}"
+
+    def _rejoins(self, mf: MmvFile, cluster: int, holders: list[Key]) -> bool:
+        """Whether ``mf`` may take ``cluster``, held by departed ``holders`` only: a
+        NOPREFIX file of the same owner rejoining the NOPREFIX files of one application
+        that asked for that cluster (their processes come and go, PCP QA 648)."""
+        if not mf.header.noprefix:
+            return False
+        for key in holders:
+            record = self.registry.get(key)
+            if record is None or key[1] != mf.uid or not record.noprefix:
+                return False
+            if record.asked != cluster:
+                return False
+        return True
+
+    def _free_cluster(self, requested: set[int]) -> int | None:
+        """The lowest cluster neither served nor held by a remembered name, preferring
+        those no other file of the directory asks for; when none, the longest-departed
+        holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
+        taken, registry = self.owners, self.registry
+        if registry.released != self._released:  # a held cluster was freed: search again
+            self._released, self._free_below = registry.released, 1
+        # clusters below it are all served, or held by a remembered name (N newcomers past
+        # N departed names' clusters cost N steps, not N^2 / 2)
+        first = max(self._taken_below, self._free_below)
+        fallback = None
+        for c in range(first, layout.MAX_CLUSTER + 1):
+            if c in taken or registry.cluster_held(c):
+                continue
+            if fallback is None:
+                fallback = self._free_below = c
+            if c not in requested:
+                return c
+        if fallback is not None:
+            return fallback
+        self._free_below = layout.MAX_CLUSTER + 1
+        evicted = registry.evict_cluster(lambda c: c not in taken)
+        if evicted is None:
+            return None
+        cluster, gone = evicted
+        line = (
+            f"identity registry: every cluster is served or remembered: cluster {cluster} "
+            f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
+        )
+        registry.note_eviction(line)
+        self.log(line)
+        held = ", ".join(describe(k) for k in gone)
+        self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
+        return cluster
+
+    def shareable(self, mf: MmvFile, cluster: int) -> bool:
+        """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
+        one application do when each adds its instances to the same metrics (PCP QA 648):
+        the files have the same owner, and every metric of ``mf`` is either the one the
+        cluster serves at that item (same name, type, semantics, units and file indom
+        serial) or new, at a free item, under a name not served elsewhere (spilled metrics
+        aside: each file has spill clusters of its own, and a spilled name another file
+        serves is refused, so the processes of one application still share)."""
+        if self.owners[cluster][0] != mf.uid or cluster in self.spill_owner:
+            return False
+        stem = self._stem(mf)
+        for metric in mf.metrics:
+            if metric.spill:  # never shared: the first file's, a later one's is refused
+                continue
+            name = f"{stem}.{metric.name}"
+            served = self.sources.get((cluster, metric.item))
+            if served:
+                if not _same_metric(served[0], name, metric):
+                    return False
+            elif name in self.leaves:
+                return False
+        return True
+
+    def names_of(self, mf: MmvFile) -> list[str]:
+        """The full names ``mf``'s accepted metric entries ask for, in file order."""
+        stem = self._stem(mf)
+        return [f"{stem}.{m.name}" for m in mf.metrics]
+
+    def holder(self, name: str, cluster: int | None = None, item: int = -1) -> str | None:
+        """The served file a metric called ``name`` (at ``item`` of ``cluster``) lost to:
+        the file serving that PMID, that name, a leaf above it or a name below it."""
+        served = self.sources.get((cluster, item)) if cluster is not None else None
+        if served:
+            return served[0].file
+        blocking = self.tree.blocking(name)
+        files = {sm.file for leaf in blocking for sm in self.sources[self.leaf_pmid[leaf]]}
+        return next((f for f in self.files if f in files), None)  # the first added
+
+    def _stem(self, mf: MmvFile) -> str:
+        return self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
+
+    def instances(self, serial: int) -> list[Instance]:
+        """Instances of PCP indom ``serial`` over every file serving it, in file-name order;
+        an internal id met again keeps its first name (as the C agent merges them)."""
+        seen: set[int] = set()
+        merged = []
+        for si in self.indom_sources.get(serial, ()):
+            for inst in si.indom.instances:
+                if inst.internal not in seen:
+                    seen.add(inst.internal)
+                    merged.append(inst)
+        return merged
+
+    # -- names
+
+    def name_conflict(self, name: str) -> str | None:
+        """Why ``name`` cannot be added now, or None."""
+        for reserved in self.reserved:
+            if name == reserved or name.startswith(reserved + "."):
+                return f"{name} is reserved for the agent"
+        return self.tree.conflict(name)
+
+    # -- indoms
+
+    def wanted_indoms(self, files: Iterable[MmvFile]) -> set[int]:
+        """The C numbers that the lossless (cluster, serial) pairs of ``files`` (one scan's,
+        with their header clusters) ask for: overflowing pairs and derived numbers leave
+        them free."""
+        return {
+            c_indom(mf.header.cluster, s)
+            for mf in files
+            for s in mf.indoms
+            if mf.header.cluster and packs(mf.header.cluster, s)
+        }
+
+    def indom_serial(
+        self, name: str, cluster: int, serial: int, wanted: set[int], uid: int = 0
+    ) -> int | None:
+        """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
+        :mod:`~.indoms`; owner ``uid``): a number another remembered name holds is not
+        given (:mod:`~.registry`); None when no number at all is free."""
+        shared = self.indom_keys.get((cluster, serial))
+        if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
+            return shared
+        key, registry, served = (name, uid), self.registry, self.indom_sources
+        record = registry.get(key)
+        own = record.indoms.get(serial) if record is not None else None
+        if own is not None and own not in served:
+            return own  # its own number (only files it shares a cluster with hold it too)
+        # rejoining the departed files of its cluster (a few looked at: they agree)
+        for other in itertools.islice(registry.clusters.get(cluster, ()), 16):
+            r = registry.get(other)
+            number = r.indoms.get(serial) if r and r.cluster == cluster else None
+            if other[1] == uid and number is not None and number not in served:
+                return number
+
+        def used(number: int) -> bool:
+            return number in served or registry.serial_held(number, key)
+
+        return choose_indom(name, cluster, serial, None, _Used(used), wanted)
+
+    # -- files
+
+    def add(
+        self, mf: MmvFile, requested: set[int] | None = None, wanted: set[int] | None = None
+    ) -> FileEntry | None:
+        """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
+        its name is not a valid name component or no cluster is free (logged once, and kept
+        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters other files
+        of the scan ask for; ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
+        if mf.name in self.files:
+            self.remove(mf.name)
+        self.starved = False
+        why = name_problem(mf.name)
+        if why and not mf.header.noprefix:
+            return self._refuse_file(
+                f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
+                f"({why}), file not served"
+            )
+        cluster = self.choose_cluster(mf, requested or set())
+        if cluster is None:
+            self.starved = True
+            return self._refuse_file(
+                f"{mf.path}: {layout.header_field('cluster')}: no free cluster, file not served"
+            )
+        entry = FileEntry(mf, cluster)
+        uid, count = self.owners.get(cluster, (mf.uid, 0))
+        self.owners[cluster] = (uid, count + 1)
+        while self._taken_below in self.owners:
+            self._taken_below += 1
+        self._add_indoms(entry, wanted or set())
+        self._spill(entry, requested or set())
+        self._add_metrics(entry)
+        entry.labels, entry.notes = merge_labels(
+            mf.labels_for(layout.LABEL_CLUSTER, mf.header.cluster)
+        )
+        entry.identity = self.identity
+        self.files[mf.name] = entry
+        indoms = {serial: si.serial for serial, si in entry.indoms.items()}
+        key = (mf.name, mf.uid)
+        self.registry.serve(
+            key,
+            cluster,
+            mf.header.cluster,
+            mf.header.noprefix,
+            indoms,
+            entry.identity,
+            entry.spills,
+        )
+        if entry.spill_clusters:
+            n = len(entry.spilled)
+            self.info(
+                f"{mf.path}: {n} metric{'s' if n != 1 else ''} the C agent would drop served "
+                f"under spill cluster{'s' if len(entry.spill_clusters) > 1 else ''} "
+                f"{', '.join(map(str, entry.spill_clusters))}"
+            )
+        return entry
+
+    def _spill(self, entry: FileEntry, requested: set[int]) -> None:
+        """Give every spilled metric of ``entry`` its PMID (see the module rules): its
+        remembered one, else a new one; sets :attr:`FileEntry.spills` (every remembered
+        name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
+        mf = entry.mf
+        wanted = sorted({m.name for m in mf.metrics if m.spill})
+        record = self.registry.get((mf.name, mf.uid))
+        known = dict(record.spills) if record is not None else {}
+        if not wanted and not known:
+            return
+        mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
+        spills = {n: ci for n, ci in known.items() if ci[0] not in mine}
+        excess = len(spills.keys() | set(wanted)) - SPILL_CAP
+        if excess > 0:  # the oldest departed names are forgotten
+            present = set(wanted)
+            departed = [n for n in spills if n not in present]
+            for n in departed[:excess]:
+                del spills[n]
+        used: dict[int, set[int]] = {}
+        for c, i in spills.values():
+            used.setdefault(c, set()).add(i)
+        order = list(used)
+        for name in wanted:
+            if name in spills:
+                continue
+            home = fnv1a32(name.encode("utf-8", "surrogateescape")) & layout.MAX_ITEM
+            cluster = next((c for c in order if len(used[c]) < ITEMS), None)
+            if cluster is None:
+                cluster = self._free_cluster(requested)
+                if cluster is None:
+                    why = f"metric {self._stem(mf)}.{name}: "
+                    self._refuse(entry, f"{why}no free spill cluster, metric not served")
+                    continue
+                order.append(cluster)
+                used[cluster] = set()
+                self.owners[cluster] = (mf.uid, 1)  # reserved while the others are placed
+            taken = used[cluster]
+            item = next(i % ITEMS for i in range(home, home + ITEMS) if i % ITEMS not in taken)
+            taken.add(item)
+            spills[name] = (cluster, item)
+        entry.spills = spills
+        entry.spill_clusters = order
+        for c in order:
+            self.owners[c] = (mf.uid, 1)
+            self.spill_owner[c] = mf.name
+        while self._taken_below in self.owners:
+            self._taken_below += 1
+
+    def _refuse_file(self, why: str) -> FileEntry | None:
+        """Log why a file is not served; returns None for ``add`` to return."""
+        self.refusal = printable(why)
+        self.log(why)
+        return None
+
+    def remove(self, name: str) -> FileEntry | None:
+        """Stop serving the file called ``name``; returns its entry (still open) or None."""
+        entry = self.files.pop(name, None)
+        if entry is None:
+            return None
+        uid, count = self.owners[entry.cluster]
+        if count > 1:
+            self.owners[entry.cluster] = (uid, count - 1)
+        else:
+            del self.owners[entry.cluster]
+            self._taken_below = min(self._taken_below, entry.cluster)
+            self.freed += 1
+        for c in entry.spill_clusters:
+            del self.owners[c]
+            del self.spill_owner[c]
+            self._taken_below = min(self._taken_below, c)
+            self.freed += 1
+        for m in entry.metrics:
+            if not _unlink(self.sources, (m.cluster, m.item), m):
+                self.tree.release(m.name)
+                self.leaf_pmid.pop(m.name, None)
+        self.registry.depart((name, entry.mf.uid))
+        for serial, si in entry.indoms.items():
+            if not _unlink(self.indom_sources, si.serial, si):
+                del self.indom_keys[(entry.cluster, serial)]
+                self.freed += 1
+        return entry
+
+    def _add_indoms(self, entry: FileEntry, wanted: set[int]) -> None:
+        mf = entry.mf
+        for serial, indom in mf.indoms.items():
+            pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted, mf.uid)
+            if pcp_serial is None:
+                entry.starved = True
+                self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
+                continue
+            self.indom_keys[(entry.cluster, serial)] = pcp_serial
+            si = ServedIndom(pcp_serial, indom, file=mf.name)
+            si.labels, si.notes = merge_labels(mf.labels_for(layout.LABEL_INDOM, serial))
+            for inst in indom.instances:
+                pair = merge_labels(mf.labels_for(layout.LABEL_INSTANCES, serial, inst.internal))
+                if pair != ("", ""):
+                    si.instance_labels[inst.internal] = pair
+            entry.indoms[serial] = si
+            _link(self.indom_sources, pcp_serial, si)
+
+    def _add_metrics(self, entry: FileEntry) -> None:
+        mf = entry.mf
+        stem = self._stem(mf)
+        for metric in mf.metrics:
+            name = f"{stem}.{metric.name}"
+            cluster, item = entry.cluster, metric.item
+            if metric.spill:
+                pmid = entry.spills.get(metric.name)
+                if pmid is None:
+                    continue  # refused in _spill
+                cluster, item = pmid
+            shared = self.sources.get((cluster, item))
+            if shared and not _same_metric(shared[0], name, metric):
+                why: str | None = f"item {metric.item} is {shared[0].name} in this cluster"
+            else:
+                why = None if shared else self.name_conflict(name)
+            if why:
+                self._refuse(entry, f"metrics at offset {metric.offset}: {why}, metric not served")
+                continue
+            indom = None
+            if metric.indom is not None:
+                indom = entry.indoms.get(metric.indom)
+                if indom is None:
+                    self._refuse(entry, f"metric {name}: its indom was not served")
+                    continue
+            if not shared:
+                self.tree.claim(name)
+                self.leaf_pmid[name] = (cluster, item)
+            served = _served_metric(name, cluster, metric, indom)
+            served.item = item  # a spilled metric's labels are still those of its own item
+            served.file = mf.name
+            served.labels, served.notes = merge_labels(
+                mf.labels_for(layout.LABEL_ITEM, metric.item)
+            )
+            entry.metrics.append(served)
+            _link(self.sources, (cluster, item), served)
+
+    def _refuse(self, entry: FileEntry, why: str) -> None:
+        entry.problems.append(why)
+        self.log(f"{entry.mf.path}: {why}")
+
+
+def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:
+    """Whether metric entry ``m`` named ``name`` is the one ``served`` (another file's)."""
+    o = served.metric
+    return served.name == name and (o.type, o.semantics, o.dimension, o.indom) == (
+        m.type,
+        m.semantics,
+        m.dimension,
+        m.indom,
+    )
+
+
+def fnv1a32(data: bytes) -> int:
+    """32-bit FNV-1a of ``data``: the hash Speed and Hornet take items from."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+class _Used:
+    """A container of the PCP indom serials not to give (served or held)."""
+
+    __slots__ = ("_used",)
+
+    def __init__(self, used: Callable[[int], bool]) -> None:
+        self._used = used
+
+    def __contains__(self, number: object) -> bool:
+        return isinstance(number, int) and self._used(number)
+
+
+class _FromFile(Protocol):
+    file: str
+
+
+F = TypeVar("F", bound=_FromFile)
+
+
+def _by_file(x: _FromFile) -> str:
+    return x.file
+
+
+def _link(table: dict[K, list[F]], key: K, item: F) -> None:
+    """Add ``item`` to ``table[key]``, kept in file-name order (one file per key): a binary
+    search, not a sort, so N files sharing a key cost O(N log N) comparisons in all."""
+    bisect.insort(table.setdefault(key, []), item, key=_by_file)
+
+
+def _unlink(table: dict[K, list[F]], key: K, item: F) -> bool:
+    """Remove ``item`` from ``table[key]``; True when other files still serve the key."""
+    rest = table.get(key)
+    if rest is None:
+        return False
+    at = bisect.bisect_left(rest, item.file, key=_by_file)
+    if at < len(rest) and rest[at] is item:
+        del rest[at]
+    if rest:
+        return True
+    del table[key]
+    return False
+
+
+def _served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:
+    if m.type == layout.TYPE_ELAPSED:
+        return ServedMetric(
+            name, cluster, m.item, PM_TYPE_64, PM_SEM_COUNTER, layout.UNITS_ELAPSED, indom, m
+        )
+    sem = m.semantics or PM_SEM_COUNTER
+    return ServedMetric(name, cluster, m.item, m.type, sem, m.dimension, indom, m)
