@@ -32,7 +32,8 @@ from typing import Any
 import psutil
 import pytest
 
-from pmda_mmv.commands.check import Options, judge
+from pmda_mmv.agent.options import ServingOptions
+from pmda_mmv.commands.check import judge
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import derived_indom
 from tests import mmvbuild
@@ -400,7 +401,7 @@ def held_pids(mmv_dir: Path) -> bool:
 def spilled_names(mmv_dir: Path) -> set[str]:
     """The names ``pmda-mmv check`` says are served under a spill cluster (which names
     spill does not depend on the identity registry; their PMIDs do)."""
-    results = judge([str(mmv_dir)], Options(registry=None))
+    results = judge([str(mmv_dir)], ServingOptions(registry="none"))
     return {s["name"] for r in results for s in r.get("spills", ())}
 
 

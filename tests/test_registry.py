@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
@@ -181,7 +182,7 @@ def test_check_reads_the_registry_and_explains_numbers(tmp_path: Path) -> None:
     assert registry.save()
     before = reg.read_bytes()
     out = io.StringIO()
-    check_cmd.check([str(d)], False, out, check_cmd.Options(registry=str(reg)))
+    check_cmd.check([str(d)], False, out, ServingOptions(registry=str(reg)))
     text = out.getvalue()
     assert "cluster: asked for cluster 42, held by websrv_7205 (departed): served as" in text
     assert "cluster: cluster 8 was f0007's (departed longest)" in text

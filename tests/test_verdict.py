@@ -152,9 +152,9 @@ def served(pmcd: PrivatePmcd) -> Served:
     )
 
 
-def check_dir(path: Path) -> list[check_cmd.Doc]:
+def check_dir(path: Path, *options: str) -> list[check_cmd.Doc]:
     done = subprocess.run(
-        [sys.executable, "-m", "pmda_mmv", "check", "--json", *OPTIONS, str(path)],
+        [sys.executable, "-m", "pmda_mmv", "check", "--json", *OPTIONS, *options, str(path)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -386,3 +386,23 @@ def test_written_files_agree(tmp_path: Path) -> None:
         assert r["status"] == "ok" and len(r["served"]) == metric_entries(tmp_path / "py")
     finally:
         written.handle.stop()
+
+
+@pytest.mark.pmcd
+def test_check_max_total_judges_as_the_agent_serves(private_pmcd, private_dir: Path) -> None:
+    """``check --max-total N`` judges as an agent started with ``--max-total N`` serves:
+    the same files refused for the total, with the same reason (one set of serving
+    options, agent/options.py); without the option check serves them all."""
+    directory = make_dir(private_dir / "total")
+    hostile.big_files(directory, 3, 10, 4000)  # about 1.6 MiB each
+    sample().write(directory / "small")
+    limit = ("--max-total", "3")
+    pmcd = private_pmcd(our_agent(directory, "--status-metrics", *OPTIONS, *limit))
+    agent = settled(pmcd, directory)
+    refused = sorted(k for k, v in agent.state.items() if v == "refused")
+    assert refused and all("--max-total" in agent.last[k] for k in refused), agent
+    results = check_dir(directory, *limit)
+    assert compare(directory, results, agent) == []
+    assert sorted(Path(r["file"]).name for r in results if r["status"] == "refused") == refused
+    unlimited = {Path(r["file"]).name: r["status"] for r in check_dir(directory)}
+    assert all(unlimited[k] == "ok" for k in refused), unlimited

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import asdict, dataclass
 
 from pmda_mmv.directory.scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owners
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
@@ -18,25 +17,33 @@ from pmda_mmv.namespace.catalogue import Catalogue, Log
 
 
 @dataclass(frozen=True)
-class Options:
-    """Command line of ``pmda-mmv pmda``."""
+class ServingOptions:
+    """The options that decide what is served and under which numbers, defined once for the
+    agent, ``check`` and ``debug`` (:func:`add_serving_options`, :func:`serving_options`):
+    they judge as the agent serves."""
 
     domain: int = 70
     prefix: str = "mmv"
+    owners: tuple[int, ...] | None = None
+    max_size: int = DEFAULT_MAX_SIZE
+    max_total: int = MAX_TOTAL
+    max_names: int = MAX_NAMES
+    registry: str | None = None  # None: the default path; "" or "none": memory only
+    registry_cap: int = identity.CAP
+
+
+@dataclass(frozen=True)
+class Options(ServingOptions):
+    """Command line of ``pmda-mmv pmda``: the serving options and the agent's own."""
+
     logfile: str = "mmv.log"
     username: str | None = None
     debug: str | None = None
     directory: str | None = None
     status_metrics: bool = False
-    owners: tuple[int, ...] | None = None
     polling: bool = False
     notready: bool = False
-    max_size: int = DEFAULT_MAX_SIZE
     pmid_hash_reset: bool = True
-    max_total: int = MAX_TOTAL
-    max_names: int = MAX_NAMES
-    registry: str | None = None  # None: the default path; "" or "none": memory only
-    registry_cap: int = identity.CAP
 
 
 def add_serving_options(p: argparse.ArgumentParser) -> None:
@@ -80,24 +87,10 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-class Limits(Protocol):
-    """The serving options a scanner takes: the agent's :class:`Options` and the commands'
-    (``verdict.Options``) both have them."""
-
-    @property
-    def owners(self) -> tuple[int, ...] | None: ...
-    @property
-    def max_size(self) -> int: ...
-    @property
-    def max_total(self) -> int: ...
-    @property
-    def max_names(self) -> int: ...
-
-
 def scanner_for(
     directory: str,
     catalogue: Catalogue,
-    limits: Limits,
+    limits: ServingOptions,
     log: Log | None = None,
     info: Log | None = None,
 ) -> Scanner:
@@ -121,6 +114,34 @@ def registry_path(registry: str | None, domain: int, var_dir: str) -> str | None
     if registry is None:
         return identity.default_path(var_dir, domain)
     return None if registry in identity.NONE else registry
+
+
+def open_registry(options: ServingOptions, var_dir: str) -> identity.Registry:
+    """The agent's identity registry as it is now, loaded read only: what ``check`` and
+    ``debug`` number files with (they never change it)."""
+    path = registry_path(options.registry, options.domain, var_dir)
+    registry = identity.Registry(path, options.registry_cap, readonly=True)
+    registry.load()
+    return registry
+
+
+def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServingOptions:
+    """:class:`ServingOptions` from the arguments of :func:`add_serving_options` (a usage
+    error exits 2, through argparse)."""
+    try:
+        owners = parse_owners(a.owners)
+    except ValueError as e:
+        p.error(str(e))
+    return ServingOptions(
+        domain=a.domain,
+        prefix=a.prefix,
+        owners=owners,
+        max_size=a.max_size << 20,
+        max_total=a.max_total << 20,
+        max_names=a.max_names,
+        registry=a.registry,
+        registry_cap=a.registry_cap,
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -160,25 +181,14 @@ def parse_args(argv: Sequence[str]) -> Options:
     """Parse the command line; exits 2 on usage errors (argparse)."""
     p = parser()
     a = p.parse_args(argv)
-    try:
-        owners = parse_owners(a.owners)
-    except ValueError as e:
-        p.error(str(e))
     return Options(
-        domain=a.domain,
-        prefix=a.prefix,
+        **asdict(serving_options(p, a)),
         logfile=a.log or f"{a.prefix}.log",
         username=a.username,
         debug=a.debug,
         directory=a.dir,
         status_metrics=a.status_metrics,
-        owners=owners,
         polling=a.polling,
         notready=a.notready,
-        max_size=a.max_size << 20,
         pmid_hash_reset=a.pmid_hash_reset,
-        max_total=a.max_total << 20,
-        max_names=a.max_names,
-        registry=a.registry,
-        registry_cap=a.registry_cap,
     )

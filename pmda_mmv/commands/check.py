@@ -29,27 +29,28 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TextIO
 
-from pmda_mmv.agent.options import add_serving_options, registry_path, scanner_for
+from pmda_mmv.agent.options import (
+    ServingOptions,
+    add_serving_options,
+    open_registry,
+    scanner_for,
+    serving_options,
+)
 from pmda_mmv.commands.pcpenv import var_dir
 from pmda_mmv.directory.scanner import (
     IGNORED,
-    MAX_NAMES,
-    MAX_TOTAL,
     NOT_READY,
     OK,
     REFUSED,
     ignore_reason,
-    parse_owners,
 )
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed, MmvError
-from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE, MmvFile
+from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.registry import CAP, Registry
 
 Doc = dict[str, Any]
 
@@ -82,10 +83,10 @@ class Directory:
     :class:`~.catalogue.Catalogue` built with the agent's options, after one full scan.
     :meth:`verdict` is what the agent does with one entry, and why."""
 
-    def __init__(self, directory: str, options: Options) -> None:
+    def __init__(self, directory: str, options: ServingOptions) -> None:
         self.directory = directory
         self.domain = options.domain
-        self.registry = options.open_registry()  # read only: check never changes it
+        self.registry = open_registry(options, var_dir())  # read only: check never changes it
         self.catalogue = Catalogue(options.prefix, registry=self.registry)
         self.scanner = scanner_for(directory, self.catalogue, options)
         self.scanner.refresh(force=True)
@@ -212,27 +213,7 @@ def _bounded(problems: list[Doc]) -> list[Doc]:
     return [*problems[: layout.MAX_PROBLEMS], summary]
 
 
-@dataclass(frozen=True)
-class Options:
-    """The agent's options that decide what it serves (``pmda-mmv pmda``'s)."""
-
-    prefix: str = "mmv"
-    owners: tuple[int, ...] | None = None
-    max_size: int = DEFAULT_MAX_SIZE
-    max_total: int = MAX_TOTAL
-    registry: str | None = None  # the registry file (None: in memory, empty)
-    registry_cap: int = CAP
-    domain: int = 70
-    max_names: int = MAX_NAMES
-
-    def open_registry(self, readonly: bool = True) -> Registry:
-        """The agent's identity registry as it is now (loaded; read only unless told)."""
-        registry = Registry(self.registry, self.registry_cap, readonly=readonly)
-        registry.load()
-        return registry
-
-
-def judge(paths: Iterable[str], options: Options) -> list[Doc]:
+def judge(paths: Iterable[str], options: ServingOptions) -> list[Doc]:
     """The agent's verdict on each path: a directory's every entry (sorted), or one
     entry judged in its own directory with the files beside it."""
     dirs: dict[str, Directory | Doc] = {}
@@ -334,9 +315,11 @@ def exit_status(results: Sequence[Doc]) -> int:
     return 0 if all(r["status"] == OK for r in results) else 1
 
 
-def check(paths: Sequence[str], as_json: bool, out: TextIO, options: Options | None = None) -> int:
+def check(
+    paths: Sequence[str], as_json: bool, out: TextIO, options: ServingOptions | None = None
+) -> int:
     """``pmda-mmv check``: print each file's verdict and problems; return the exit status."""
-    results = judge(paths, options or Options())
+    results = judge(paths, options or ServingOptions())
     if as_json:
         out.write(json_text(results) + "\n")
     else:
@@ -351,36 +334,11 @@ def main(argv: Sequence[str]) -> int:
         prog="pmda-mmv check", description=(__doc__ or "").split("\n\n")[1]
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    add_agent_options(parser)
+    add_serving_options(parser)
     parser.add_argument("paths", nargs="+", metavar="FILE|DIR")
     try:
         ns = parser.parse_args(list(argv))
-        options = agent_options(parser, ns)
+        options = serving_options(parser, ns)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
         return e.code if isinstance(e.code, int) else 2
     return check(ns.paths, ns.json, sys.stdout, options)
-
-
-def add_agent_options(parser: argparse.ArgumentParser) -> None:
-    """The agent's options that decide what it serves, for ``check`` and ``debug``: the
-    agent's own definitions (:func:`~.options.add_serving_options`)."""
-    add_serving_options(parser)
-
-
-def agent_options(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> Options:
-    """:class:`Options` from :func:`add_agent_options`' arguments (a usage error exits)."""
-    try:
-        owners = parse_owners(ns.owners)
-    except ValueError as e:
-        parser.error(str(e))
-    registry = registry_path(ns.registry, ns.domain, var_dir())
-    return Options(
-        ns.prefix,
-        owners,
-        ns.max_size << 20,
-        ns.max_total << 20,
-        registry,
-        ns.registry_cap,
-        ns.domain,
-        ns.max_names,
-    )

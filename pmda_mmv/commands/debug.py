@@ -18,10 +18,9 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from pmda_mmv.agent.options import scanner_for
+from pmda_mmv.agent.options import add_serving_options, open_registry, scanner_for, serving_options
 from pmda_mmv.agent.ratelimit import LogLimit
-from pmda_mmv.commands.check import add_agent_options, agent_options
-from pmda_mmv.commands.pcpenv import tmp_dir, units_text
+from pmda_mmv.commands.pcpenv import tmp_dir, units_text, var_dir
 from pmda_mmv.directory.scanner import Changes, Scanner
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
@@ -112,9 +111,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--dir", help="directory of MMV files (default $PCP_TMP_DIR/mmv)")
     p.add_argument("--once", action="store_true", help="scan once, print the table, exit")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between checks")
-    add_agent_options(p)
+    add_serving_options(p)
     a = p.parse_args(argv)
-    options = agent_options(p, a)
+    options = serving_options(p, a)
     directory = a.dir or os.path.join(tmp_dir(), options.prefix)
     out = sys.stdout
 
@@ -125,7 +124,8 @@ def main(argv: Sequence[str]) -> int:
         say(out, f"{time.strftime('%H:%M:%S')} info     {line}")
 
     limited = LogLimit(log, info=info)
-    registry = options.open_registry()  # the agent's numbers, read only: debug saves nothing
+    # the agent's numbers, read only: debug saves nothing
+    registry = open_registry(options, var_dir())
     catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
     scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)
     report(scanner.refresh(force=True), scanner, out)

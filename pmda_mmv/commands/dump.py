@@ -23,17 +23,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
-from pmda_mmv.agent.options import registry_path
+from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands.check import (
     Doc,
-    Options,
     exit_status,
     json_text,
     judge,
     render_check,
     write_lines,
 )
-from pmda_mmv.commands.pcpenv import units_text, var_dir
+from pmda_mmv.commands.pcpenv import units_text
 from pmda_mmv.directory.scanner import NOT_READY, OK, PARTIAL, REFUSED
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
@@ -392,8 +391,7 @@ def _spill_pmids(d: Doc) -> None:
     spilled = [m for m in d.get("metrics", ()) if m.get("spill")]
     if not spilled:
         return
-    options = Options(registry=registry_path(None, Options.domain, var_dir()))
-    [verdict] = judge([d["file"]], options)
+    [verdict] = judge([d["file"]], ServingOptions())
     pmids = {s["metric"]: s["pmid"] for s in verdict.get("spills", ())}
     for m in spilled:
         m["pmid"] = pmids.get(m["name"])
