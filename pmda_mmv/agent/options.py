@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from pmda_mmv.directory.scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owners
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue, Log
+from pmda_mmv.namespace.family import Families, FamilySpec, parse_family
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class ServingOptions:
     max_names: int = MAX_NAMES
     registry: str | None = None  # None: the default path; "" or "none": memory only
     registry_cap: int = identity.CAP
+    families: tuple[FamilySpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,38 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         default=identity.CAP,
         help=f"names the identity registry remembers (default {identity.CAP})",
     )
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB[:owner=USER][:mode=MODE]",
+        help="serve the files matching GLOB (one owner's, agreeing) also as one tree "
+        "<prefix>.NAME.*, each metric aggregated over them: counters summed (departed "
+        "members' counts kept), others by MODE (sum, min, max, mostrecent; "
+        ":mode.METRIC=MODE for one metric); repeatable (docs/families.md)",
+    )
+
+
+def parse_families(p: argparse.ArgumentParser, values: Sequence[str]) -> tuple[FamilySpec, ...]:
+    """The ``--family`` options as specs (a usage error exits, as argparse does)."""
+    specs = []
+    for value in values:
+        try:
+            specs.append(parse_family(value))
+        except ValueError as e:
+            p.error(str(e))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        p.error("--family: a family NAME given twice")
+    return tuple(specs)
+
+
+def families_for(
+    catalogue: Catalogue, specs: Sequence[FamilySpec], log: Log | None = None
+) -> Families:
+    """The :class:`~.family.Families` of the serving options over ``catalogue``: one place
+    for the agent, ``check`` and ``debug``."""
+    return Families(catalogue, specs, log)
 
 
 def scanner_for(
@@ -141,7 +176,14 @@ def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Servin
         max_names=a.max_names,
         registry=a.registry,
         registry_cap=a.registry_cap,
+        families=parse_families(p, a.family),
     )
+
+
+def _fields(options: ServingOptions) -> dict[str, Any]:
+    """The fields of ``options`` as they are (``asdict`` would turn the families into
+    dictionaries)."""
+    return {f.name: getattr(options, f.name) for f in fields(ServingOptions)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -182,7 +224,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     p = parser()
     a = p.parse_args(argv)
     return Options(
-        **asdict(serving_options(p, a)),
+        **_fields(serving_options(p, a)),
         logfile=a.log or f"{a.prefix}.log",
         username=a.username,
         debug=a.debug,

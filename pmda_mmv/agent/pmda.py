@@ -24,7 +24,7 @@ from pcp.pmda import PMDA, pmdaMetric
 
 from pmda_mmv.agent import control, pcpcompat, serving
 from pmda_mmv.agent.control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
-from pmda_mmv.agent.options import Options, parse_args, registry_path, scanner_for
+from pmda_mmv.agent.options import Options, families_for, parse_args, registry_path, scanner_for
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import fdlimit
@@ -64,11 +64,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.catalogue = Catalogue(
             opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
         )
+        self.families = families_for(self.catalogue, opts.families, self.file_log.info)
         self.scanner = scanner_for(
             directory, self.catalogue, opts, log=self.file_log, info=self.file_log.info
         )
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
-        self.model = Serving(self.catalogue, self.log_line)
+        self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.pmda_metrics: dict[str, pmdaMetric] = {}
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)

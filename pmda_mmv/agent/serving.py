@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from pmda_mmv.agent.aggregate import FamilyTable
 from pmda_mmv.agent.control import FILE_STATUS
 from pmda_mmv.directory.scanner import Changes, FileState
 from pmda_mmv.mmvfile import layout
@@ -33,6 +34,7 @@ from pmda_mmv.namespace.catalogue import (
     ServedIndom,
     ServedMetric,
 )
+from pmda_mmv.namespace.family import Families
 
 Log = Callable[[str], None]
 Values = dict[int, Any] | list[Any]
@@ -123,8 +125,9 @@ class Serving:
     ``log`` receives a line for a table that failed to build (the fetch answers
     PM_ERR_AGAIN)."""
 
-    def __init__(self, catalogue: Catalogue, log: Log) -> None:
+    def __init__(self, catalogue: Catalogue, log: Log, families: Families | None = None) -> None:
         self.catalogue = catalogue
+        self.families = families or Families(catalogue, ())
         self.log = log
         self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
         self.served_names: dict[int, str] = {}  # key(cluster, item) -> name
@@ -179,13 +182,12 @@ class Serving:
             self._set_cluster(cluster, gone.get(cluster, set()), new.get(cluster, {}))
         touched = [*changes.removed, *changes.added]
         serials = sorted({si.serial for e in touched for si in e.indoms.values()})
+        pmids, family_serials = self.families.take()  # the families' members changed
+        serials = sorted({*serials, *family_serials})
         for serial in serials:
             self.owners.pop(serial, None)
-        return Plan(
-            serials,
-            sorted({(sm.cluster, sm.item) for e in touched for sm in e.metrics}),
-            bool(touched),
-        )
+        pmids |= {(sm.cluster, sm.item) for e in touched for sm in e.metrics}
+        return Plan(serials, sorted(pmids), bool(touched) or bool(pmids))
 
     def _set_cluster(self, cluster: int, gone: set[int], new: dict[str, FileEntry]) -> None:
         old = self.by_cluster.get(cluster, [])
@@ -232,7 +234,10 @@ class Serving:
             return None
         k = key(cluster, item)
         self.served_names[k] = sources[0].name
-        if len(sources) == 1:
+        family = self.families.by_cluster.get(cluster)
+        if family is not None:
+            self.tables[k] = FamilyTable(family, sources[0], self._member_part)
+        elif len(sources) == 1:
             self.tables[k] = self._part(sources[0], k)
         else:
             self.tables[k] = self._shared(list(sources), k)
@@ -246,6 +251,9 @@ class Serving:
             return _first_of([self._part(s, k) for s in sources])()
 
         return build
+
+    def _member_part(self, sm: ServedMetric) -> Table:
+        return self._part(sm, key(sm.cluster, sm.item))
 
     def _part(self, sm: ServedMetric, k: int) -> Table:
         """The table builder of one file's metric of PMID ``k``, made once per metric."""
@@ -274,19 +282,24 @@ class Serving:
         underneath goes to ``changed`` (which reloads it); then every file serving the
         cluster now and not yet copied is copied (one that changed again, or whose reload
         waits for a later request's budget, has no snapshot in this fetch)."""
-        for entry in list(self.by_cluster.get(cluster, ())):
+        for entry in self._files(cluster):
             if entry.name in self.snaps:  # copied for another of its clusters (spills)
                 continue
             try:
                 self.snaps[entry.name] = entry.mf.snapshot()
             except Changed as e:
                 changed(entry, e)
-        for entry in self.by_cluster.get(cluster, ()):
+        for entry in self._files(cluster):
             if entry.name not in self.snaps:
                 try:
                     self.snaps[entry.name] = entry.mf.snapshot()
                 except Changed:  # changed again, or its reload waits for the budget
                     continue  # no values from it in this fetch; the others have theirs
+
+    def _files(self, cluster: int) -> list[FileEntry]:
+        """The files serving ``cluster``: its own, or a family's members."""
+        files = self.by_cluster.get(cluster)
+        return list(files) if files else self.families.entries(cluster)
 
     def fetcher(self) -> Callable[[int, int, int], Any]:
         """The per-value fetch callback: one lookup in this fetch's values, else

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from pmda_mmv.agent.options import (
     ServingOptions,
     add_serving_options,
+    families_for,
     open_registry,
     scanner_for,
     serving_options,
@@ -88,6 +89,7 @@ class Directory:
         self.domain = options.domain
         self.registry = open_registry(options, var_dir())  # read only: check never changes it
         self.catalogue = Catalogue(options.prefix, registry=self.registry)
+        self.families = families_for(self.catalogue, options.families)
         self.scanner = scanner_for(directory, self.catalogue, options)
         self.scanner.refresh(force=True)
 
@@ -107,6 +109,7 @@ class Directory:
                 "conflicts": [],
                 "writer": None,
                 "spills": [],
+                "family": None,
                 **decided,
             }
             return {"file": shown, "status": status, "problems": _bounded(problems), **found}
@@ -165,6 +168,8 @@ class Directory:
             for sm in entry.metrics
             if (why := sm.metric.spill)
         ]
+        member = self.families.status(name)
+        family = {"name": member[0], "member": not member[1], "why": member[1]} if member else None
         return doc(
             status,
             problems,
@@ -173,6 +178,7 @@ class Directory:
             conflicts=conflicts,
             writer=writer,
             spills=spills,
+            family=family,
         )
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
@@ -272,6 +278,10 @@ def render_check(result: Doc) -> list[str]:
             continue
         what = c["name"] if "name" in c else f"cluster {c['cluster']}"
         lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+    family = result.get("family")
+    if family:  # a file matching a --family: a member, or left out and why
+        left = f"left out: {family['why']}" if family["why"] else "member"
+        lines.append(f"  family {family['name']}: {left}")
     writer = result.get("writer")
     if writer and "container" in writer:  # a writer in another PID namespace
         lines.append(

@@ -18,7 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from pmda_mmv.agent.options import add_serving_options, open_registry, scanner_for, serving_options
+from pmda_mmv.agent.options import (
+    add_serving_options,
+    families_for,
+    open_registry,
+    scanner_for,
+    serving_options,
+)
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.commands.pcpenv import tmp_dir, units_text, var_dir
 from pmda_mmv.directory.scanner import Changes, Scanner
@@ -127,6 +133,7 @@ def main(argv: Sequence[str]) -> int:
     # the agent's numbers, read only: debug saves nothing
     registry = open_registry(options, var_dir())
     catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
+    families_for(catalogue, options.families, limited.info)
     scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)
     report(scanner.refresh(force=True), scanner, out)
     if a.once:

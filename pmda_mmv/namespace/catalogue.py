@@ -204,6 +204,9 @@ class Catalogue:
         # of every file serving it, in file-name order; the first one describes it.
         self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
         self.indom_sources: dict[int, list[ServedIndom]] = {}
+        # the families (namespace/family.py): told of every file served and unserved
+        self.on_add: Callable[[FileEntry], None] | None = None
+        self.on_remove: Callable[[FileEntry], None] | None = None
 
     # -- clusters
 
@@ -306,6 +309,15 @@ class Catalogue:
         held = ", ".join(describe(k) for k in gone)
         self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
         return cluster
+
+    def free_cluster(self) -> int | None:
+        """A cluster for a family (namespace/family.py): as for a file asking for none."""
+        return self._free_cluster(set())
+
+    def release_cluster(self, cluster: int) -> None:
+        """A family's ``cluster`` is served no more (its registry record still holds it)."""
+        self.owners.pop(cluster, None)
+        self._taken_below = min(self._taken_below, cluster)
 
     def shareable(self, mf: MmvFile, cluster: int) -> bool:
         """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
@@ -463,6 +475,8 @@ class Catalogue:
                 f"under spill cluster{'s' if len(entry.spill_clusters) > 1 else ''} "
                 f"{', '.join(map(str, entry.spill_clusters))}"
             )
+        if self.on_add is not None:
+            self.on_add(entry)
         return entry
 
     def _spill(self, entry: FileEntry, requested: set[int]) -> None:
@@ -524,6 +538,8 @@ class Catalogue:
         entry = self.files.pop(name, None)
         if entry is None:
             return None
+        if self.on_remove is not None:  # before its descriptor is closed: its last counts
+            self.on_remove(entry)
         uid, count = self.owners[entry.cluster]
         if count > 1:
             self.owners[entry.cluster] = (uid, count - 1)

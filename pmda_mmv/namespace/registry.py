@@ -64,6 +64,8 @@ class Record:
     indoms: dict[int, int] = field(default_factory=dict)
     note: str = ""  # why it is not where it asked, as said when it was numbered
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
+    totals: dict[str, dict[int, float]] = field(default_factory=dict)  # a family's departed
+    # members' counts, {metric name: {instance id: count}} (docs/families.md)
 
     def all_clusters(self) -> set[int]:
         """The file's cluster and its spill clusters."""
@@ -156,6 +158,7 @@ class Registry:
         old = self.records.get(key)
         new = Record(cluster, asked, noprefix, dict(indoms), note, dict(spills or {}))
         if old is not None:
+            new.totals = old.totals  # a family's departed counts stay (credit() changes them)
             self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
             del self.records[key]
         self.records[key] = new
@@ -166,6 +169,15 @@ class Registry:
         if old != new:  # new numbers: on disk before they are served (a file reloaded or
             self.dirty = True  # back with its own numbers costs no save)
         self._trim()
+
+    def credit(self, key: Key, totals: dict[str, dict[int, float]]) -> None:
+        """``key`` (a family's) has departed members' counts ``totals`` now: saved with
+        the next save, so that an agent restart does not lose them."""
+        record = self.records.get(key)
+        if record is not None:
+            record.totals = totals
+            self._lines.pop(key, None)
+            self.dirty = True
 
     def depart(self, key: Key) -> None:
         """``key`` is no longer served: its numbers stay its own (departed, newest)."""
@@ -330,6 +342,7 @@ class Registry:
                 "noprefix": r.noprefix,
                 "indoms": {str(s): p for s, p in sorted(r.indoms.items())},
                 **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
+                **({"totals": _totals_doc(r.totals)} if r.totals else {}),
                 "present": key in self.present,
             }
             if r.note:
@@ -413,5 +426,24 @@ def _parse(text: str, keep: int) -> Iterable[tuple[Key, Record]]:
             str(item.get("note", "")),
             {n: (_int(c, 1, MAX_CLUSTER), _int(i, 0, MAX_ITEM)) for n, (c, i) in spills.items()},
         )
+        record.totals = _totals(name, item.get("totals", {}))
         records.append(((name, _int(item["uid"], 0, (1 << 32) - 1)), record))
     return records
+
+
+def _totals_doc(totals: dict[str, dict[int, float]]) -> dict[str, dict[str, float]]:
+    return {m: {str(i): v for i, v in sorted(t.items())} for m, t in totals.items()}
+
+
+def _totals(name: str, doc: Any) -> dict[str, dict[int, float]]:
+    """A family's departed counts as read: ``{metric: {instance id: number}}``."""
+    if not isinstance(doc, dict) or not all(isinstance(t, dict) for t in doc.values()):
+        raise ValueError(f"{name}: totals is not an object of objects")
+    out: dict[str, dict[int, float]] = {}
+    for metric, t in doc.items():
+        row = out[str(metric)] = {}
+        for inst, value in t.items():
+            if type(value) not in (int, float):
+                raise ValueError(f"{name}: totals of {metric}: {value!r} is not a number")
+            row[_int(int(inst), -(1 << 31), (1 << 32) - 1)] = value
+    return out

@@ -1,0 +1,419 @@
+"""Families: the files of one multi-process application served as one tree (issue 24).
+
+``pmda-mmv pmda --family NAME=GLOB`` makes the served files whose names match ``GLOB``
+(fnmatch, the file name only) *members* of family ``NAME``, served once more as
+``<prefix>.NAME.<metric>``: each metric once, with its own instances, its value aggregated
+over the members (serving side: :mod:`~.aggregate`).  The members' files stay served under
+their own names too: that is the per-member breakdown.  Rules (docs/families.md):
+
+* **One owner.**  A family takes the files of one owner (uid): ``:owner=USER`` in the
+  option, else the owner remembered for the family in the identity registry, else the
+  owner of its first member.  A matching file of another owner is left out, with the reason.
+* **Agreement.**  Every member's metric of a name has the same item, type, semantics, units
+  and instances (ids and names) as the family's; a member with any metric that does not, or
+  one naming another metric at an item of the family's, is left out, with the reason.
+* **Counters** are the sum over the live members plus what departed members had counted
+  when they left (read from the departing file's last values; kept in the identity
+  registry under ``("family:NAME", owner)``, so an agent restart loses nothing).  A member
+  restarted under its file name with a new generation is a departed member plus a new one;
+  one that comes back with the same generation (a reload) is not counted twice.
+* **Instant and discrete** metrics: ``:mode=sum`` (default), ``min``, ``max`` or
+  ``mostrecent`` (the most recently started member's value), per family or per metric
+  (``:mode.METRIC=MODE``), over live members only.  Strings are always ``mostrecent``.
+* **Identity.**  The family's cluster and indom serials are the registry's for its key:
+  they never move as members come and go.  The family is served while it has a member.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import pwd
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.decode import Snapshot
+from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.rules import name_problem
+from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, ServedIndom, ServedMetric
+from pmda_mmv.namespace.registry import Key
+
+MODES: Final = ("sum", "min", "max", "mostrecent")
+PM_SEM_COUNTER: Final = 1
+PM_IN_NULL: Final = 0xFFFFFFFF
+PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
+"""Summed 32-bit metrics are served as 64-bit: 200 members' sum overflows 32 bits."""
+RECENT: Final = 1024
+"""Departed members whose credited counts are kept, to be taken back when the same
+file (name and generation) is served again (a reload, not a restart)."""
+PREFIX: Final = "family:"
+"""Registry keys of families: ``("family:NAME", owner uid)``; no file name has a colon
+that the catalogue serves under its own name with a prefix, and the uid tells owners apart."""
+
+Log = Callable[[str], None]
+Counts = dict[str, dict[int, float]]
+Values = dict[int, Any] | list[Any]
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """One ``--family NAME=GLOB[:owner=USER][:mode=MODE][:mode.METRIC=MODE]``."""
+
+    name: str
+    glob: str
+    owner: int | None = None
+    mode: str = "sum"
+    modes: tuple[tuple[str, str], ...] = ()
+
+    def mode_of(self, metric: str) -> str:
+        """The aggregation mode of instant/discrete ``metric`` (its own, else the family's)."""
+        return dict(self.modes).get(metric, self.mode)
+
+
+def parse_family(text: str) -> FamilySpec:
+    """A ``--family`` value as :class:`FamilySpec`; ValueError saying what is wrong."""
+    name, sep, rest = text.partition("=")
+    glob, *extras = rest.split(":")
+    if not sep or not name or not glob:
+        raise ValueError(f"--family {text!r}: not NAME=GLOB")
+    why = name_problem(name)
+    if why or "." in name:
+        raise ValueError(f"--family {text!r}: {name!r} is not a name component ({why or 'a dot'})")
+    owner, mode, modes = None, "sum", []
+    for extra in extras:
+        k, _, v = extra.partition("=")
+        if k == "owner":
+            owner = int(v) if v.isdigit() else _uid(v, text)
+        elif k == "mode" or k.startswith("mode."):
+            if v not in MODES:
+                raise ValueError(f"--family {text!r}: mode {v!r} is not one of {', '.join(MODES)}")
+            if k == "mode":
+                mode = v
+            else:
+                modes.append((k[5:], v))
+        else:
+            raise ValueError(f"--family {text!r}: {extra!r} is not owner=USER or mode=MODE")
+    return FamilySpec(name, glob, owner, mode, tuple(modes))
+
+
+def _uid(user: str, text: str) -> int:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise ValueError(f"--family {text!r}: no user {user!r}") from None
+
+
+Definition = tuple[int, int, int, int, tuple[tuple[int, str], ...] | None]
+"""A metric as members must agree on it: item, type, semantics, units, instances."""
+
+
+@dataclass(eq=False)
+class Family:
+    """One family's state: members, the members left out (file name -> why), the served
+    metrics (by the members' metric name) and indoms (by file serial), departed counts."""
+
+    spec: FamilySpec
+    owner: int | None
+    cluster: int = 0  # 0: not served (no member)
+    members: dict[str, FileEntry] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+    defs: dict[str, tuple[Definition, str]] = field(default_factory=dict)  # and whose
+    items: dict[int, str] = field(default_factory=dict)
+    metrics: dict[str, ServedMetric] = field(default_factory=dict)
+    indoms: dict[int, ServedIndom] = field(default_factory=dict)
+    holders: dict[str, dict[str, ServedMetric]] = field(default_factory=dict)
+    totals: Counts = field(default_factory=dict)
+    seen: dict[str, dict[str, Values]] = field(default_factory=dict)  # last fetched counts
+    recent: dict[tuple[str, int, int], Counts] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return (PREFIX + self.spec.name, -1 if self.owner is None else self.owner)
+
+    def mode(self, sm: ServedMetric) -> str:
+        """How ``sm`` (a family metric) is aggregated."""
+        if sm.semantics == PM_SEM_COUNTER:
+            return "sum"
+        if sm.metric.type == layout.TYPE_STRING:
+            return "mostrecent"
+        return self.spec.mode_of(sm.metric.name)
+
+
+class Families:
+    """Every ``--family`` of the agent over one :class:`Catalogue`, told of each file it
+    serves and unserves; :meth:`take` says which PMIDs and indoms changed since."""
+
+    def __init__(
+        self, catalogue: Catalogue, specs: Iterable[FamilySpec], log: Log | None = None
+    ) -> None:
+        self.catalogue = catalogue
+        self.log: Log = log or (lambda line: None)
+        self.families = [Family(s, s.owner or self._remembered(s.name)) for s in specs]
+        self.by_cluster: dict[int, Family] = {}
+        self.of_file: dict[str, Family] = {}
+        self.pmids: set[tuple[int, int]] = set()
+        self.serials: set[int] = set()
+        if self.families:
+            catalogue.on_add, catalogue.on_remove = self.join, self.leave
+
+    def _remembered(self, name: str) -> int | None:
+        """The owner the registry remembers family ``name`` for (its newest record)."""
+        owners = [uid for n, uid in self.catalogue.registry.records if n == PREFIX + name]
+        return owners[-1] if owners and owners[-1] >= 0 else None
+
+    def take(self) -> tuple[set[tuple[int, int]], set[int]]:
+        """The family PMIDs and indom serials that changed since the last call."""
+        taken = self.pmids, self.serials
+        self.pmids, self.serials = set(), set()
+        return taken
+
+    def entries(self, cluster: int) -> list[FileEntry]:
+        """The members of the family served as ``cluster`` (none: not a family's)."""
+        fam = self.by_cluster.get(cluster)
+        return list(fam.members.values()) if fam else []
+
+    def status(self, name: str) -> tuple[str, str] | None:
+        """For ``check``: (family, "" for a member or why it is left out), or None."""
+        fam = self.of_file.get(name)
+        if fam is None:
+            return None
+        return fam.spec.name, fam.left_out.get(name, "")
+
+    # -- members
+
+    def join(self, entry: FileEntry) -> None:
+        """A file is served: it joins the family its name matches, or is left out."""
+        fam = next((f for f in self.families if fnmatch.fnmatchcase(entry.name, f.spec.glob)), None)
+        if fam is None:
+            return
+        self.of_file[entry.name] = fam
+        uid = entry.mf.uid
+        if fam.owner is None:
+            fam.owner = uid
+        if uid != fam.owner:
+            return self._leave_out(
+                fam, entry, f"owned by uid {uid}: the family takes only uid {fam.owner}'s files"
+            )
+        why = _disagreement(fam, entry)
+        if why is None and not fam.cluster and not self._serve(fam):
+            why = "no free cluster for the family"
+        if why is not None:
+            return self._leave_out(fam, entry, why)
+        fam.members[entry.name] = entry
+        for sm in entry.metrics:
+            if sm.metric.spill:
+                continue
+            defn = _definition(sm)
+            fam.defs.setdefault(sm.metric.name, (defn, entry.name))
+            fam.items.setdefault(defn[0], sm.metric.name)
+            if sm.metric.name not in fam.metrics:
+                self._add_metric(fam, sm)
+            fam.holders.setdefault(sm.metric.name, {})[entry.name] = sm
+        self._uncredit(fam, entry)
+        indoms = {s: si.serial for s, si in fam.indoms.items()}
+        record = self.catalogue.registry.get(fam.key)
+        self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)
+        if record is None or record.indoms != indoms:
+            self.catalogue.registry.dirty = True
+        return None
+
+    def _leave_out(self, fam: Family, entry: FileEntry, why: str) -> None:
+        fam.left_out[entry.name] = why
+        self.log(f"{entry.mf.path}: not in family {fam.spec.name}: {why}")
+
+    def leave(self, entry: FileEntry) -> None:
+        """A file is no longer served: a member's counts are credited to its family."""
+        fam = self.of_file.pop(entry.name, None)
+        if fam is None or fam.left_out.pop(entry.name, None) is not None:
+            return
+        if fam.members.get(entry.name) is not entry:
+            return
+        del fam.members[entry.name]
+        for holders in fam.holders.values():
+            holders.pop(entry.name, None)
+        counts = _final_counts(fam, entry, fam.seen.pop(entry.name, {}))
+        for metric, row in counts.items():
+            total = fam.totals.setdefault(metric, {})
+            for inst, v in row.items():
+                total[inst] = total.get(inst, 0) + v
+        h = entry.mf.header
+        fam.recent[(entry.name, h.g1, h.g2)] = counts
+        if len(fam.recent) > RECENT:
+            del fam.recent[next(iter(fam.recent))]
+        self.catalogue.registry.credit(fam.key, fam.totals)
+        if not fam.members:
+            self._unserve(fam)
+
+    def _uncredit(self, fam: Family, entry: FileEntry) -> None:
+        """The same file (name and generation) served again: its credit is taken back."""
+        h = entry.mf.header
+        counts = fam.recent.pop((entry.name, h.g1, h.g2), None)
+        if not counts:
+            return
+        for metric, row in counts.items():
+            total = fam.totals.get(metric, {})
+            for inst, v in row.items():
+                total[inst] = total.get(inst, 0) - v
+        self.catalogue.registry.credit(fam.key, fam.totals)
+
+    # -- the family's numbers and names
+
+    def _serve(self, fam: Family) -> bool:
+        """Give ``fam`` its cluster (the registry's, else a free one) and departed counts."""
+        cat = self.catalogue
+        record = cat.registry.get(fam.key)
+        if record is not None and record.cluster not in cat.owners:
+            cluster: int | None = record.cluster
+        else:
+            cluster = cat.free_cluster()
+        if cluster is None:
+            return False
+        cat.owners[cluster] = (fam.owner if fam.owner is not None else 0, 1)
+        fam.cluster = cluster
+        fam.totals = {m: dict(t) for m, t in record.totals.items()} if record else {}
+        self.by_cluster[cluster] = fam
+        return True
+
+    def _add_metric(self, fam: Family, sm: ServedMetric) -> None:
+        cat, name = self.catalogue, sm.metric.name
+        full = f"{cat.prefix}.{fam.spec.name}.{name}"
+        why = cat.name_conflict(full)
+        fsi = None
+        if why is None and sm.indom is not None and sm.metric.indom is not None:
+            fsi = self._indom(fam, sm.metric.indom, sm.indom)
+            why = None if fsi is not None else "no free PCP indom serial"
+        if why is not None:
+            fam.problems.append(f"{full}: {why}, not served")
+            self.log(f"family {fam.spec.name}: {full}: {why}, not served")
+            return
+        counter = sm.semantics == PM_SEM_COUNTER
+        summed = counter or fam.spec.mode_of(name) == "sum"
+        mtype = PROMOTE.get(sm.type, sm.type) if summed else sm.type
+        item = sm.metric.item
+        fsm = ServedMetric(full, fam.cluster, item, mtype, sm.semantics, sm.units, fsi, sm.metric)
+        fsm.file = fam.key[0]
+        fam.metrics[name] = fsm
+        cat.tree.claim(full)
+        cat.leaf_pmid[full] = (fam.cluster, item)
+        cat.sources[(fam.cluster, item)] = [fsm]
+        self.pmids.add((fam.cluster, item))
+
+    def _indom(self, fam: Family, serial: int, si: ServedIndom) -> ServedIndom | None:
+        fsi = fam.indoms.get(serial)
+        if fsi is not None:
+            return fsi
+        cat = self.catalogue
+        owner = fam.owner if fam.owner is not None else 0
+        number = cat.indom_serial(fam.key[0], fam.cluster, serial, set(), owner)
+        if number is None:
+            return None
+        fsi = ServedIndom(number, si.indom, file=fam.key[0])
+        fam.indoms[serial] = fsi
+        cat.indom_keys[(fam.cluster, serial)] = number
+        cat.indom_sources[number] = [fsi]
+        self.serials.add(number)
+        return fsi
+
+    def _unserve(self, fam: Family) -> None:
+        """The last member left: the family's names go (its numbers and counts stay)."""
+        cat = self.catalogue
+        for fsm in fam.metrics.values():
+            cat.tree.release(fsm.name)
+            cat.leaf_pmid.pop(fsm.name, None)
+            cat.sources.pop((fsm.cluster, fsm.item), None)
+            self.pmids.add((fsm.cluster, fsm.item))
+        for serial, fsi in fam.indoms.items():
+            cat.indom_sources.pop(fsi.serial, None)
+            cat.indom_keys.pop((fam.cluster, serial), None)
+            self.serials.add(fsi.serial)
+        cat.release_cluster(fam.cluster)
+        self.by_cluster.pop(fam.cluster, None)
+        cat.registry.depart(fam.key)
+        fam.cluster = 0
+        for table in (fam.defs, fam.items, fam.metrics, fam.indoms, fam.holders):
+            table.clear()
+
+
+def _definition(sm: ServedMetric) -> Definition:
+    insts = None
+    if sm.indom is not None:
+        insts = tuple((i.internal, i.external) for i in sm.indom.indom.instances)
+    return (sm.metric.item, sm.metric.type, sm.semantics, sm.units, insts)
+
+
+FIELDS: Final = ("item", "type", "semantics", "units", "instances")
+
+
+def _disagreement(fam: Family, entry: FileEntry) -> str | None:
+    """Why ``entry`` does not agree with ``fam``'s members, or None."""
+    for sm in entry.metrics:
+        if sm.metric.spill:
+            continue
+        name, mine = sm.metric.name, _definition(sm)
+        known = fam.defs.get(name)
+        if known is not None and known[0] != mine:
+            theirs, whose = known
+            at = next(i for i in range(len(FIELDS)) if mine[i] != theirs[i])
+            return (
+                f"metric {name}: {FIELDS[at]} {_show(at, mine[at])}, the family's "
+                f"is {_show(at, theirs[at])} (as {whose})"
+            )
+        other = fam.items.get(mine[0])
+        if other is not None and other != name:
+            return f"metric {name}: item {mine[0]} is the family's {other}"
+    return None
+
+
+def _show(at: int, value: Any) -> str:
+    if FIELDS[at] == "type":
+        return layout.TYPE_NAMES.get(value, str(value))
+    if FIELDS[at] == "units":
+        return f"{layout.format_units(value)!r}"
+    if FIELDS[at] == "instances":
+        return "[" + ", ".join(f"{i} {n!r}" for i, n in (value or ())) + "]"
+    return str(value)
+
+
+def _final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Counts:
+    """What a departing member had counted: its file's last values (through the descriptor
+    still open, even after the file was unlinked, while its generation is the one loaded),
+    else the values the last fetch saw."""
+    snap = _last_snapshot(entry)
+    counts: Counts = {}
+    for sm in entry.metrics:
+        if sm.semantics != PM_SEM_COUNTER or sm.metric.name not in fam.metrics:
+            continue
+        keys = sm.indom.keys if sm.indom else [PM_IN_NULL]
+        if snap is not None:
+            pairs: Iterable[tuple[int, Any]] = zip(
+                keys, entry.mf.column(snap, sm.metric), strict=False
+            )
+        else:
+            old = seen.get(sm.metric.name, {})
+            pairs = old.items() if isinstance(old, dict) else enumerate(old)
+        row = {k: v for k, v in pairs if type(v) in (int, float)}
+        if row:
+            counts[sm.metric.name] = row
+    return counts
+
+
+def _last_snapshot(entry: FileEntry) -> Snapshot | None:
+    mf = entry.mf
+    try:
+        return mf.snapshot()
+    except Changed:
+        pass
+    try:  # unlinked (a writer restarted under the name) or removed: the inode is still ours
+        head = os.pread(mf.fd, layout.HEADER_SIZE, 0)
+        g1, g2 = layout.GENERATION.unpack_from(head, layout.GENERATION_OFFSET)
+        if (g1, g2) != (mf.header.g1, mf.header.g2):
+            return None
+        data = os.pread(mf.fd, mf.span, mf.base) if mf.span else b""
+    except (OSError, struct.error):
+        return None
+    return Snapshot(data, False, time.time() * 1e6) if len(data) == mf.span else None
