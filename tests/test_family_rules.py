@@ -1,0 +1,176 @@
+"""Family rules without pmcd (pmda_mmv/family.py, pmda_mmv/aggregate.py): agreement and
+its reasons, one owner, departed counts (from the departing file, kept in the registry),
+numbers that never move, modes; files from the test-only byte builder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pmda_mmv import layout as fmt
+from pmda_mmv.catalogue import Catalogue
+from pmda_mmv.family import Families, FamilySpec, parse_family
+from pmda_mmv.reader import MmvFile
+from pmda_mmv.registry import Registry
+from pmda_mmv.serving import PM_IN_NULL, Serving
+from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+
+STRANGER = 65534
+COUNT = 1 << 20  # pmUnits count^1
+
+
+def member(
+    requests: tuple[int, int] = (0, 0),
+    busy: int = 0,
+    generation: int = 0x5F5E1000000001,
+    busy_type: int = fmt.TYPE_U32,
+    units: int = COUNT,
+    post: str = "post",
+) -> MmvBuilder:
+    b = MmvBuilder(cluster=0, generation=generation)
+    b.indoms.append(Indom(1, [Instance(0, "get"), Instance(1, post)]))
+    b.metrics.append(Metric("requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, units, indom=1))
+    b.metrics.append(Metric("busy", 2, busy_type, fmt.SEM_INSTANT))
+    b.values += [Value("requests", 0, requests[0]), Value("requests", 1, requests[1])]
+    b.values.append(Value("busy", None, busy))
+    return b
+
+
+class World:
+    def __init__(self, tmp: Path, spec: str, registry: Registry | None = None) -> None:
+        self.tmp = tmp
+        self.log: list[str] = []
+        self.registry = registry or Registry()
+        self.cat = Catalogue(log=self.log.append, registry=self.registry)
+        self.families = Families(self.cat, [parse_family(spec)], self.log.append)
+        self.model = Serving(self.cat, self.log.append, self.families)
+
+    def add(self, name: str, b: MmvBuilder, uid: int = 0) -> None:
+        path = self.tmp / name
+        b.write(path)
+        os.chown(path, uid, uid)
+        entry = self.cat.add(MmvFile.open(str(path)))
+        assert entry is not None
+        self.apply(_changes(added=[entry]))
+
+    def apply(self, changes: Any) -> None:
+        """What the glue does (pmda.MmvPMDA._apply), without its python3-pcp tables."""
+        plan = self.model.apply(changes)
+        for cluster, item in plan.pmids:
+            self.model.unserve_metric(cluster, item)
+        for cluster, item in plan.pmids:
+            self.model.serve_metric(cluster, item)
+
+    def remove(self, name: str) -> None:
+        entry = self.cat.remove(name)
+        assert entry is not None
+        self.apply(_changes(removed=[entry]))
+
+    def fetch(self, metric: str) -> dict[int, Any]:
+        cluster, item = self.cat.leaf_pmid[f"mmv.websrv.{metric}"]
+        self.model.prefetch()
+        self.model.snapshot_cluster(cluster, lambda e, err: None)
+        fetch = self.model.fetcher()
+        keys = [0, 1] if metric == "requests" else [PM_IN_NULL]
+        got = {k: fetch(cluster, item, k) for k in keys}
+        return {k: v[0] for k, v in got.items() if v is not None}
+
+
+def _changes(**kw: Any) -> Any:
+    from pmda_mmv.filestate import Changes
+
+    return Changes(**kw)
+
+
+def test_counters_sum_live_members_plus_departed_ones_read_from_their_last_values(
+    tmp_path: Path,
+) -> None:
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_a", member((10, 20), busy=1))
+    w.add("websrv_b", member((1, 2), busy=2))
+    assert w.fetch("requests") == {0: 11, 1: 22}
+    assert w.fetch("busy") == {PM_IN_NULL: 3}
+    member((12, 24), busy=1).write(tmp_path / "websrv_a")  # counted on after the last fetch
+    member((15, 30), busy=1).write(tmp_path / "websrv_a.new")  # then restarted: unlinked,
+    os.rename(tmp_path / "websrv_a.new", tmp_path / "websrv_a")  # its old inode has 12, 24
+    b_file = tmp_path / "websrv_b"
+    member((7, 9), busy=2).write(b_file)  # rewritten in place (same inode): its last values
+    w.remove("websrv_a")
+    w.remove("websrv_b")
+    w.add("websrv_a", member((0, 0), busy=5, generation=0x5F5E1000000002))
+    assert w.fetch("requests") == {0: 12 + 7, 1: 24 + 9}  # what they had counted
+    assert w.fetch("busy") == {PM_IN_NULL: 5}  # live members only
+    # a reload of the same file (name and generation) is not counted twice
+    w.remove("websrv_a")
+    w.add("websrv_a", member((0, 0), busy=5, generation=0x5F5E1000000002))
+    assert w.fetch("requests") == {0: 19, 1: 33}
+
+
+def test_departed_counts_and_numbers_survive_an_agent_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "identity.json")
+    registry = Registry(path)
+    w = World(tmp_path, "websrv=websrv_*", registry)
+    w.add("websrv_a", member((4, 8)))
+    pmid = w.cat.leaf_pmid["mmv.websrv.requests"]
+    indom = w.families.families[0].indoms[1].serial
+    w.remove("websrv_a")
+    assert "mmv.websrv.requests" not in w.cat.leaf_pmid  # no member: not served
+    assert registry.save()
+    again = Registry(path)
+    again.load()
+    w2 = World(tmp_path, "websrv=websrv_*", again)
+    w2.add("websrv_b", member((1, 1), generation=0x5F5E1000000003))
+    assert w2.cat.leaf_pmid["mmv.websrv.requests"] == pmid
+    assert w2.families.families[0].indoms[1].serial == indom
+    assert w2.fetch("requests") == {0: 5, 1: 9}
+
+
+def test_a_member_that_disagrees_or_a_strangers_file_is_left_out_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_a", member((1, 1)))
+    w.add("websrv_t", member(busy_type=fmt.TYPE_U64))
+    w.add("websrv_u", member(units=0))
+    w.add("websrv_i", member(post="put"))
+    w.add("websrv_s", member((100, 100)), uid=STRANGER)
+    status = {n: w.families.status(n) for n in ("websrv_a", "websrv_t", "websrv_u", "websrv_i")}
+    assert status == {
+        "websrv_a": ("websrv", ""),
+        "websrv_t": ("websrv", "metric busy: type u64, the family's is u32 (as websrv_a)"),
+        "websrv_u": ("websrv", "metric requests: units '', the family's is 'count' (as websrv_a)"),
+        "websrv_i": (
+            "websrv",
+            "metric requests: instances [0 'get', 1 'put'], the family's is "
+            "[0 'get', 1 'post'] (as websrv_a)",
+        ),
+    }
+    assert w.families.status("websrv_s") == (
+        "websrv",
+        f"owned by uid {STRANGER}: the family takes only uid 0's files",
+    )
+    assert w.fetch("requests") == {0: 1, 1: 1}  # none of them adds or subtracts
+    w.remove("websrv_s")  # a stranger leaving credits nothing either
+    assert w.fetch("requests") == {0: 1, 1: 1}
+    assert any("not in family websrv: owned by uid 65534" in line for line in w.log)
+
+
+@pytest.mark.parametrize(("mode", "value"), [("sum", 6), ("min", 1), ("max", 3), ("mostrecent", 2)])
+def test_instant_metrics_follow_the_mode(tmp_path: Path, mode: str, value: int) -> None:
+    w = World(tmp_path, f"websrv=websrv_*:mode.busy={mode}")
+    w.add("websrv_a", member(busy=1, generation=0x5F5E1000000001))
+    w.add("websrv_b", member(busy=2, generation=0x5F5E1000000009))  # started last
+    w.add("websrv_c", member(busy=3, generation=0x5F5E1000000005))
+    assert w.fetch("busy") == {PM_IN_NULL: value}
+
+
+def test_family_options() -> None:
+    assert parse_family("web=web_*:owner=0:mode=max:mode.busy=min") == FamilySpec(
+        "web", "web_*", 0, "max", (("busy", "min"),)
+    )
+    for bad in ("web", "=x", "web=", "a.b=x", "web=x:mode=avg", "web=x:colour=red"):
+        with pytest.raises(ValueError, match="--family"):
+            parse_family(bad)
