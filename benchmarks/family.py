@@ -1,0 +1,167 @@
+"""A family's fetch against fetching its members' files one by one, and the cost of 5,000
+departed members' files beside them (issue 24; docs/families.md).
+
+``--members`` files (default 200) of ``--metrics`` singular metrics each (default 100,
+counters and instants alternately), written with tests/mmvbuild.py, served by pmda-mmv with
+``--family bench=member_*``.  Timed, round robin, median of ``--rounds``:
+
+* ``family``: one pmFetch of the family's metrics (``mmv.bench.*``);
+* ``one by one``: one pmFetch per member of its own metrics, all members (the time it takes
+  a client to get the same information without a family), for pmda-mmv and the C pmdammv;
+* ``all members``: one pmFetch of every member's metrics together (pmda-mmv);
+* ``family, departed``: the family's fetch from a second pmda-mmv whose directory also
+  holds ``--departed`` files (default 5,000) of the same family whose writers have exited
+  (MMV_FLAG_PROCESS, a reaped pid): never served, never read at a fetch.
+
+    .venv/bin/python benchmarks/family.py [--members N] [--metrics M] [--departed D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import agents
+from benchmarks.client import Client
+from pmda_mmv import layout as fmt
+from tests import mmvbuild
+from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FAMILY = "bench=member_*"
+
+
+def member(i: int, metrics: int, process: int = 0) -> mmvbuild.MmvBuilder:
+    flags = fmt.FLAG_PROCESS if process else 0
+    b = mmvbuild.MmvBuilder(cluster=0, flags=flags, process=process)
+    for j in range(metrics):
+        counter = j % 2 == 0
+        mtype = fmt.TYPE_U64 if counter else fmt.TYPE_U32
+        sem = fmt.SEM_COUNTER if counter else fmt.SEM_INSTANT
+        b.metrics.append(mmvbuild.Metric(f"m{j:03d}", j + 1, mtype, sem))
+        b.values.append(mmvbuild.Value(f"m{j:03d}", None, i * 1000 + j))
+    return b
+
+
+def populate(mmv_dir: Path, members: int, metrics: int, departed: int) -> None:
+    for i in range(members):
+        member(i, metrics).write(mmv_dir / f"member_{i:04d}")
+    if departed:
+        gone = mmvbuild.dead_pid()
+        image = member(0, metrics, gone).build()
+        for k in range(departed):
+            image.write(mmv_dir / f"member_x{k:05d}")
+
+
+def wait_names(client: Client, names: list[str], timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        pmids = client.try_lookup(names)
+        if pmids is not None:
+            return pmids
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{client.label}: {names[0]} ... not served in {timeout} s")
+        time.sleep(0.5)
+
+
+def timed(client: Client, pmids: Any, expect: int) -> float:
+    seconds, res = client.fetch_once(pmids)
+    try:
+        got = sum(res.contents.get_numval(k) for k in range(res.contents.numpmid))
+    finally:
+        client.ctx.pmFreeResult(res)
+    if got != expect:
+        raise SystemExit(f"{client.label}: {got} values, {expect} expected")
+    return seconds
+
+
+def run(members: int, metrics: int, departed: int, rounds: int, work: Path) -> dict[str, Any]:
+    dirs = {k: make_dir(work / k / "tmp" / "mmv") for k in ("live", "departed")}
+    populate(dirs["live"], members, metrics, 0)
+    populate(dirs["departed"], members, metrics, departed)
+    pmcds: dict[str, PrivatePmcd] = {}
+    try:
+        pmcds["ours"] = agents.start(
+            work / "live" / "pmcd", our_agent(dirs["live"], "--family", FAMILY)
+        )
+        pmcds["ours-departed"] = agents.start(
+            work / "departed" / "pmcd", our_agent(dirs["departed"], "--family", FAMILY)
+        )
+        pmcds["c"] = agents.start(work / "c" / "pmcd", c_agent(dirs["live"].parent))
+        clients = {k: Client(k, p.host) for k, p in pmcds.items()}
+        family = [f"mmv.bench.m{j:03d}" for j in range(metrics)]
+        own = [[f"mmv.member_{i:04d}.m{j:03d}" for j in range(metrics)] for i in range(members)]
+        pmids = {k: wait_names(clients[k], family) for k in ("ours", "ours-departed")}
+        each = {k: [wait_names(clients[k], names) for names in own] for k in ("ours", "c")}
+        every = wait_names(clients["ours"], [n for names in own for n in names])
+        check_sum(pmcds["ours"], members)
+        samples: dict[str, list[float]] = {
+            k: [] for k in ("family", "one by one", "C one by one", "all members", "departed")
+        }
+        for _ in range(rounds):
+            samples["family"].append(timed(clients["ours"], pmids["ours"], metrics))
+            departed_client = clients["ours-departed"]
+            samples["departed"].append(timed(departed_client, pmids["ours-departed"], metrics))
+            ours = sum(timed(clients["ours"], p, metrics) for p in each["ours"])
+            samples["one by one"].append(ours)
+            samples["C one by one"].append(sum(timed(clients["c"], p, metrics) for p in each["c"]))
+            samples["all members"].append(timed(clients["ours"], every, members * metrics))
+    finally:
+        for pmcd in pmcds.values():
+            pmcd.stop()
+    return {k: round(statistics.median(v) * 1000, 3) for k, v in samples.items()}
+
+
+def check_sum(pmcd: PrivatePmcd, members: int) -> None:
+    """The family's m000 (a counter) is the sum of the members' values (i * 1000)."""
+    got = pmcd.fetch("mmv.bench.m000")[None]
+    if int(got) != 1000 * members * (members - 1) // 2:
+        raise SystemExit(f"mmv.bench.m000 is {got}, not the members' sum")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="benchmarks/family.py", description=__doc__.splitlines()[0])
+    p.add_argument("--members", type=int, default=200)
+    p.add_argument("--metrics", type=int, default=100)
+    p.add_argument("--departed", type=int, default=5000)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--out", type=Path, default=RESULTS / "family.json")
+    a = p.parse_args(argv)
+    work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-family-", dir="/tmp")))
+    load = [round(x, 2) for x in os.getloadavg()]
+    try:
+        ms = run(a.members, a.metrics, a.departed, a.rounds, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    doc = {
+        "when": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(["benchmarks/family.py", *(sys.argv[1:] if argv is None else argv)]),
+        "members": a.members,
+        "metrics": a.metrics,
+        "departed": a.departed,
+        "rounds": a.rounds,
+        "load": load,
+        "median_ms": ms,
+        "family / one by one": round(ms["family"] / ms["one by one"], 3),
+        "family / C one by one": round(ms["family"] / ms["C one by one"], 3),
+        "departed / family": round(ms["departed"] / ms["family"], 3),
+    }
+    make_dir(a.out.parent)
+    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
