@@ -14,6 +14,10 @@ with python3-pcp's ``pcp.mmv``, laid out so that PCP sees one application (PCP Q
 * one instance per worker, ``w<slot>``, in indom serial 1: ``mmv.<app>.requests`` has one
   value per worker, and ``sum(mmv.<app>.requests)`` is the server's total.
 
+``--layout family`` writes plain per-worker files instead (no NOPREFIX, no instances, any
+free cluster) for an agent given ``--family '<app>=<app>_w*'`` (docs/families.md), which
+serves ``mmv.<app>.requests`` as the server's total, never falling back at a recycle.
+
 Run with a Python that has python3-pcp (/usr/bin/python3)::
 
     /usr/bin/python3 examples/prefork_server.py [--app websrv] [--workers 4]
@@ -46,6 +50,13 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--rate", type=float, default=20.0, help="requests per second per worker")
     p.add_argument("--tmp-dir", help="PCP_TMP_DIR to write into (default: PCP's)")
+    p.add_argument(
+        "--layout",
+        choices=("noprefix", "family"),
+        default="noprefix",
+        help="noprefix: one instance per worker in shared metrics (default); family: plain "
+        "per-worker files for the agent's --family 'APP=APP_w*' (docs/families.md)",
+    )
     return p.parse_args()
 
 
@@ -56,6 +67,7 @@ def start_file(args: argparse.Namespace, slot: int) -> Any:
     import cpmapi
     from pcp import mmv, pmapi
 
+    family = args.layout == "family"  # plain names, no instance: the agent aggregates
     workers = mmv.mmv_indom(serial=1, shorttext="worker slots")
     workers.set_instances([mmv.mmv_instance(slot, f"w{slot}")])
     count = pmapi.pmUnits(0, 0, 1, 0, 0, cpmapi.PM_COUNT_ONE)
@@ -67,12 +79,15 @@ def start_file(args: argparse.Namespace, slot: int) -> Any:
     ]
     metrics = []
     for name, item, mtype, sem, units, short in spec:
-        m = mmv.mmv_metric(f"{args.app}.{name}", item, mtype, sem, units, 1, short, short)
+        full, indom = (name, 0) if family else (f"{args.app}.{name}", 1)
+        m = mmv.mmv_metric(full, item, mtype, sem, units, indom, short, short)
         m.semantics, m.dimension = sem, units  # python3-pcp 6.0.x does not set them
         metrics.append(m)
-    flags = cmmv.MMV_FLAG_NOPREFIX | cmmv.MMV_FLAG_PROCESS
-    writer = mmv.MemoryMappedValues(f"{args.app}_w{slot}", flags=flags, cluster=args.cluster)
-    writer.add_indoms([workers])
+    flags = cmmv.MMV_FLAG_PROCESS if family else cmmv.MMV_FLAG_NOPREFIX | cmmv.MMV_FLAG_PROCESS
+    cluster = 0 if family else args.cluster  # a family member's own cluster: any free one
+    writer = mmv.MemoryMappedValues(f"{args.app}_w{slot}", flags=flags, cluster=cluster)
+    if not family:
+        writer.add_indoms([workers])
     writer.add_metrics(metrics)
     writer.start()
     if not writer.started():
@@ -85,11 +100,13 @@ def worker(args: argparse.Namespace, slot: int, master: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C reaches the master, which stops us
     writer = start_file(args, slot)
-    inst = f"w{slot}"
-    name = args.app
-    requests = writer.lookup_mapping(f"{name}.requests", inst)
-    busy = writer.lookup_mapping(f"{name}.busy", inst)
-    writer.set(writer.lookup_mapping(f"{name}.pid", inst), os.getpid())
+    inst: str | None = f"w{slot}"
+    prefix = f"{args.app}."
+    if args.layout == "family":
+        inst, prefix = None, ""
+    requests = writer.lookup_mapping(f"{prefix}requests", inst)
+    busy = writer.lookup_mapping(f"{prefix}busy", inst)
+    writer.set(writer.lookup_mapping(f"{prefix}pid", inst), os.getpid())
     served = 0
     try:
         while os.getppid() == master and (args.max_requests <= 0 or served < args.max_requests):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -223,3 +224,68 @@ def test_gauges_follow_their_mode_and_a_strangers_file_is_left_out(
     why = f"owned by uid {STRANGER}: the family takes only uid 0's files"
     assert block.endswith(f"\n  family websrv: left out: {why}\n"), check.stdout
     assert check.stdout.count("family websrv: member") == WORKERS, check.stdout
+
+
+# -- docs/multiprocess.md's family example, every command as the doc shows it ---------------
+
+DOC = (CHECKOUT / "docs" / "multiprocess.md").read_text()
+FAMILY_OPTION = "--family 'websrv=websrv_w*:mode.pid=mostrecent'"
+EXAMPLE = "examples/prefork_server.py --workers 3 --layout family --max-requests 100"
+PMINFO = "pminfo -f mmv.websrv.requests mmv.websrv_w0.requests"
+PMREP = "pmrep -t 1 -s 4 mmv.websrv.requests"
+PMLOGGER = "pmlogger -c websrv.config -t 1sec -T 8sec websrv-archive"
+PMREP_ARCHIVE = "pmrep -a websrv-archive mmv.websrv.requests"
+ROW = re.compile(r"^\s*(N/A|-?\d+(?:\.\d+)?)\s*$")
+CONFIG = "log mandatory on every 1 sec {\n    mmv.websrv\n}\n"  # docs/multiprocess.md's
+
+
+def shown(command: str) -> list[str]:
+    assert command in DOC, f"docs/multiprocess.md does not show: {command}"
+    return shlex.split(command)
+
+
+def run_shown(pmcd: PrivatePmcd, command: str, cwd: Path) -> str:
+    argv = shown(command)
+    if "-a" not in argv:
+        argv[1:1] = ["-h", pmcd.host]
+    env = dict(ENV, PCP_TMP_DIR=str(pmcd.tmp_dir))
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    assert out.returncode == 0, f"{command}: {out.stdout}{out.stderr}"
+    return out.stdout
+
+
+def test_the_family_example_as_the_doc_shows(
+    private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path, private_dir: Path
+) -> None:
+    assert f"pmda-mmv install --status-metrics {FAMILY_OPTION}" in DOC
+    argv = [SYSTEM_PYTHON, str(CHECKOUT / shown(EXAMPLE)[0]), *shown(EXAMPLE)[1:]]
+    server = subprocess.Popen(
+        [*argv, "--rate", "50", "--tmp-dir", str(private_mmv_dir.parent)], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(list(private_mmv_dir.iterdir())) < 3:
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        family = shlex.split(FAMILY_OPTION)
+        pmcd = private_pmcd(our_agent(private_mmv_dir, "--status-metrics", *family))
+        values = run_shown(pmcd, PMINFO, private_dir)
+        assert re.search(r"mmv.websrv.requests\n    value \d+\n", values), values
+        assert re.search(r"mmv.websrv_w0.requests\n    value \d+\n", values), values
+        live = [m.group(1) for line in run_shown(pmcd, PMREP, private_dir).splitlines()
+                if (m := ROW.match(line))]  # fmt: skip
+        assert len(live) == 4 and live[0] == "N/A", live
+        assert all(30 <= float(r) <= 300 for r in live[1:]), live  # 3 workers at 50/s
+        (private_dir / "websrv.config").write_text(
+            "log mandatory on every 1 sec {\n    mmv.websrv\n}\n"
+        )
+        run_shown(pmcd, PMLOGGER, private_dir)
+        replay = [m.group(1) for line in run_shown(pmcd, PMREP_ARCHIVE, private_dir).splitlines()
+                  if (m := ROW.match(line))]  # fmt: skip
+        rates = [float(r) for r in replay if r != "N/A"]
+        assert len(rates) >= 5 and all(r >= 0 for r in rates), replay  # recycles: never < 0
+        log = pmcd.agent_log()
+        assert "not in family" not in log, log
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
