@@ -174,3 +174,18 @@ def test_family_options() -> None:
     for bad in ("web", "=x", "web=", "a.b=x", "web=x:mode=avg", "web=x:colour=red"):
         with pytest.raises(ValueError, match="--family"):
             parse_family(bad)
+
+
+def test_no_file_shares_the_familys_cluster(tmp_path: Path) -> None:
+    """A NOPREFIX file asking for the family's cluster, with the family's very metric
+    (mmv.websrv.requests, same item and descriptor) would otherwise join it (PCP QA 648)."""
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_a", member((1, 1)))
+    cluster = w.families.families[0].cluster
+    b = member((50, 50))
+    b.flags, b.cluster = fmt.FLAG_NOPREFIX, cluster
+    b.metrics = [Metric("websrv.requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, indom=1)]
+    b.values = [Value("websrv.requests", 0, 50), Value("websrv.requests", 1, 50)]
+    w.add("intruder", b)
+    assert w.cat.files["intruder"].cluster != cluster
+    assert w.fetch("requests") == {0: 1, 1: 1}

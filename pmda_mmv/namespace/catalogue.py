@@ -310,13 +310,20 @@ class Catalogue:
         self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
         return cluster
 
-    def free_cluster(self) -> int | None:
-        """A cluster for a family (namespace/family.py): as for a file asking for none."""
-        return self._free_cluster(set())
+    def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
+        """Serve ``cluster`` (None: a free one, as for a file asking for none) to a family
+        (namespace/family.py) called ``holder``: no file may share it (as a spill cluster)."""
+        if cluster is None:
+            cluster = self._free_cluster(set())
+        if cluster is not None:
+            self.owners[cluster] = (uid, 1)
+            self.spill_owner[cluster] = holder
+        return cluster
 
     def release_cluster(self, cluster: int) -> None:
         """A family's ``cluster`` is served no more (its registry record still holds it)."""
         self.owners.pop(cluster, None)
+        self.spill_owner.pop(cluster, None)
         self._taken_below = min(self._taken_below, cluster)
 
     def shareable(self, mf: MmvFile, cluster: int) -> bool:

@@ -216,10 +216,7 @@ class Families:
             fam.holders.setdefault(sm.metric.name, {})[entry.name] = sm
         self._uncredit(fam, entry)
         indoms = {s: si.serial for s, si in fam.indoms.items()}
-        record = self.catalogue.registry.get(fam.key)
-        self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)
-        if record is None or record.indoms != indoms:
-            self.catalogue.registry.dirty = True
+        self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)  # saved if new
         return None
 
     def _leave_out(self, fam: Family, entry: FileEntry, why: str) -> None:
@@ -267,13 +264,11 @@ class Families:
         """Give ``fam`` its cluster (the registry's, else a free one) and departed counts."""
         cat = self.catalogue
         record = cat.registry.get(fam.key)
-        if record is not None and record.cluster not in cat.owners:
-            cluster: int | None = record.cluster
-        else:
-            cluster = cat.free_cluster()
+        own = record.cluster if record is not None and record.cluster not in cat.owners else None
+        owner = fam.owner if fam.owner is not None else 0
+        cluster = cat.take_cluster(own, owner, fam.key[0])
         if cluster is None:
             return False
-        cat.owners[cluster] = (fam.owner if fam.owner is not None else 0, 1)
         fam.cluster = cluster
         fam.totals = {m: dict(t) for m, t in record.totals.items()} if record else {}
         self.by_cluster[cluster] = fam
