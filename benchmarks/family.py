@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import agents
 from benchmarks.client import Client
-from pmda_mmv import layout as fmt
+from pmda_mmv.mmvfile import layout
 from tests import mmvbuild
 from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
 
@@ -43,12 +43,12 @@ FAMILY = "bench=member_*"
 
 
 def member(i: int, metrics: int, process: int = 0) -> mmvbuild.MmvBuilder:
-    flags = fmt.FLAG_PROCESS if process else 0
+    flags = layout.FLAG_PROCESS if process else 0
     b = mmvbuild.MmvBuilder(cluster=0, flags=flags, process=process)
     for j in range(metrics):
         counter = j % 2 == 0
-        mtype = fmt.TYPE_U64 if counter else fmt.TYPE_U32
-        sem = fmt.SEM_COUNTER if counter else fmt.SEM_INSTANT
+        mtype = layout.TYPE_U64 if counter else layout.TYPE_U32
+        sem = layout.SEM_COUNTER if counter else layout.SEM_INSTANT
         b.metrics.append(mmvbuild.Metric(f"m{j:03d}", j + 1, mtype, sem))
         b.values.append(mmvbuild.Value(f"m{j:03d}", None, i * 1000 + j))
     return b

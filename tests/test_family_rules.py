@@ -1,6 +1,6 @@
-"""Family rules without pmcd (pmda_mmv/family.py, pmda_mmv/aggregate.py): agreement and
-its reasons, one owner, departed counts (from the departing file, kept in the registry),
-numbers that never move, modes; files from the test-only byte builder."""
+"""Family rules without pmcd (pmda_mmv/namespace/family.py, pmda_mmv/agent/aggregate.py):
+agreement and its reasons, one owner, departed counts (from the departing file, kept in the
+registry), numbers that never move, modes; files from the test-only byte builder."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv import layout as fmt
-from pmda_mmv.catalogue import Catalogue
-from pmda_mmv.family import Families, FamilySpec, parse_family
-from pmda_mmv.reader import MmvFile
-from pmda_mmv.registry import Registry
-from pmda_mmv.serving import PM_IN_NULL, Serving
+from pmda_mmv.agent.serving import PM_IN_NULL, Serving
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.family import Families, FamilySpec, parse_family
+from pmda_mmv.namespace.registry import Registry
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 
 STRANGER = 65534
@@ -26,14 +26,14 @@ def member(
     requests: tuple[int, int] = (0, 0),
     busy: int = 0,
     generation: int = 0x5F5E1000000001,
-    busy_type: int = fmt.TYPE_U32,
+    busy_type: int = layout.TYPE_U32,
     units: int = COUNT,
     post: str = "post",
 ) -> MmvBuilder:
     b = MmvBuilder(cluster=0, generation=generation)
     b.indoms.append(Indom(1, [Instance(0, "get"), Instance(1, post)]))
-    b.metrics.append(Metric("requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, units, indom=1))
-    b.metrics.append(Metric("busy", 2, busy_type, fmt.SEM_INSTANT))
+    b.metrics.append(Metric("requests", 1, layout.TYPE_U64, layout.SEM_COUNTER, units, indom=1))
+    b.metrics.append(Metric("busy", 2, busy_type, layout.SEM_INSTANT))
     b.values += [Value("requests", 0, requests[0]), Value("requests", 1, requests[1])]
     b.values.append(Value("busy", None, busy))
     return b
@@ -80,7 +80,7 @@ class World:
 
 
 def _changes(**kw: Any) -> Any:
-    from pmda_mmv.filestate import Changes
+    from pmda_mmv.directory.filestate import Changes
 
     return Changes(**kw)
 
@@ -133,7 +133,7 @@ def test_a_member_that_disagrees_or_a_strangers_file_is_left_out_with_the_reason
 ) -> None:
     w = World(tmp_path, "websrv=websrv_*")
     w.add("websrv_a", member((1, 1)))
-    w.add("websrv_t", member(busy_type=fmt.TYPE_U64))
+    w.add("websrv_t", member(busy_type=layout.TYPE_U64))
     w.add("websrv_u", member(units=0))
     w.add("websrv_i", member(post="put"))
     w.add("websrv_s", member((100, 100)), uid=STRANGER)
@@ -183,8 +183,8 @@ def test_no_file_shares_the_familys_cluster(tmp_path: Path) -> None:
     w.add("websrv_a", member((1, 1)))
     cluster = w.families.families[0].cluster
     b = member((50, 50))
-    b.flags, b.cluster = fmt.FLAG_NOPREFIX, cluster
-    b.metrics = [Metric("websrv.requests", 1, fmt.TYPE_U64, fmt.SEM_COUNTER, COUNT, indom=1)]
+    b.flags, b.cluster = layout.FLAG_NOPREFIX, cluster
+    b.metrics = [Metric("websrv.requests", 1, layout.TYPE_U64, layout.SEM_COUNTER, COUNT, indom=1)]
     b.values = [Value("websrv.requests", 0, 50), Value("websrv.requests", 1, 50)]
     w.add("intruder", b)
     assert w.cat.files["intruder"].cluster != cluster
