@@ -189,3 +189,23 @@ def test_no_file_shares_the_familys_cluster(tmp_path: Path) -> None:
     w.add("intruder", b)
     assert w.cat.files["intruder"].cluster != cluster
     assert w.fetch("requests") == {0: 1, 1: 1}
+
+
+def test_install_carries_the_family_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pmda-mmv install`` checks --family as the agent reads it (before anything is
+    looked at), and --refresh takes it back from the pmcd.conf line (whitespace-separated
+    words, the glob unexpanded).  Never a real install: the system pmcd is not the test's."""
+    from pmda_mmv.agent.options import parse_args
+    from pmda_mmv.commands import install
+
+    monkeypatch.setattr(os, "geteuid", lambda: 65534)  # should it get that far: refused
+    monkeypatch.setattr(install, "install", lambda options: pytest.fail("installed"))
+    assert install.main("install", ["--family", "web"]) == 2
+    assert "--family 'web': not NAME=GLOB" in capsys.readouterr().err
+    launcher = Path("/var/lib/pcp/pmdas/mmv/pmdammv")
+    line = f"mmv 70 pipe binary notready {launcher} -d 70 --notready --family websrv=websrv_w*"
+    options = install.installed_options(line, launcher)
+    assert options == ["--family", "websrv=websrv_w*"]
+    assert parse_args(options).families == (FamilySpec("websrv", "websrv_w*"),)

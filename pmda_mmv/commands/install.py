@@ -338,10 +338,11 @@ def main(command: str, argv: Sequence[str]) -> int:
         if (command == "remove" or ns.refresh) and rest:
             p.error(f"unrecognized arguments: {' '.join(rest)}")
         if command == "install":
-            from pmda_mmv.agent.options import parser as agent_parser
+            from pmda_mmv.agent.options import parse_args as agent_args
 
-            # validate the agent options as the agent will read them (exits 2 on an error)
-            agent_parser().parse_args(["-d", "70", "--notready", *rest])
+            # validate the agent options as the agent will read them (exits 2 on an error,
+            # --owners and --family included)
+            agent_args(["-d", "70", "--notready", *rest])
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     try:
