@@ -32,6 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pcp.pmapi import pmErr
+
 from benchmarks import agents
 from benchmarks.client import Client
 from pmda_mmv.mmvfile import layout
@@ -67,11 +69,11 @@ def populate(mmv_dir: Path, members: int, metrics: int, departed: int) -> None:
 def wait_names(client: Client, names: list[str], timeout: float = 300) -> Any:
     deadline = time.monotonic() + timeout
     while True:
-        pmids = client.try_lookup(names)
-        if pmids is not None:
-            return pmids
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{client.label}: {names[0]} ... not served in {timeout} s")
+        try:
+            return client.lookup(names)
+        except pmErr as e:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{client.label}: {names[0]} ...: {e} after {timeout} s") from e
         time.sleep(0.5)
 
 

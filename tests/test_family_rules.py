@@ -14,7 +14,8 @@ from pmda_mmv.agent.serving import PM_IN_NULL, Serving
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.family import Families, FamilySpec, parse_family
+from pmda_mmv.namespace.family import Families
+from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 from pmda_mmv.namespace.registry import Registry
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 

@@ -15,7 +15,8 @@ from pmda_mmv.directory.scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owne
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue, Log
-from pmda_mmv.namespace.family import Families, FamilySpec, parse_family
+from pmda_mmv.namespace.family import Families
+from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 :mod:`.nametree` (the component tree of names and its rules), :mod:`.numbering` (PCP indom
 serial numbering), :mod:`.registry` (the persistent identity registry: a name's clusters
 and indoms never move or go to another file), :mod:`.catalogue` (the catalogue of served
-files, PMIDs and indoms) and :mod:`.family` (families: one owner's agreeing files served once
-more as one tree, departed members' counts kept).  Imports only :mod:`pmda_mmv.mmvfile`.
+files, PMIDs and indoms) and :mod:`.family` with :mod:`.familyspec` (families: one owner's
+agreeing files served once more as one tree, departed members' counts kept).  Imports
+only :mod:`pmda_mmv.mmvfile`.
 """

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import pwd
 import struct
 import time
 from collections.abc import Callable, Iterable
@@ -38,11 +37,10 @@ from typing import Any, Final
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
-from pmda_mmv.mmvfile.rules import name_problem
 from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, ServedIndom, ServedMetric
+from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registry import Key
 
-MODES: Final = ("sum", "min", "max", "mostrecent")
 PM_SEM_COUNTER: Final = 1
 PM_IN_NULL: Final = 0xFFFFFFFF
 PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
@@ -57,54 +55,6 @@ that the catalogue serves under its own name with a prefix, and the uid tells ow
 Log = Callable[[str], None]
 Counts = dict[str, dict[int, float]]
 Values = dict[int, Any] | list[Any]
-
-
-@dataclass(frozen=True)
-class FamilySpec:
-    """One ``--family NAME=GLOB[:owner=USER][:mode=MODE][:mode.METRIC=MODE]``."""
-
-    name: str
-    glob: str
-    owner: int | None = None
-    mode: str = "sum"
-    modes: tuple[tuple[str, str], ...] = ()
-
-    def mode_of(self, metric: str) -> str:
-        """The aggregation mode of instant/discrete ``metric`` (its own, else the family's)."""
-        return dict(self.modes).get(metric, self.mode)
-
-
-def parse_family(text: str) -> FamilySpec:
-    """A ``--family`` value as :class:`FamilySpec`; ValueError saying what is wrong."""
-    name, sep, rest = text.partition("=")
-    glob, *extras = rest.split(":")
-    if not sep or not name or not glob:
-        raise ValueError(f"--family {text!r}: not NAME=GLOB")
-    why = name_problem(name)
-    if why or "." in name:
-        raise ValueError(f"--family {text!r}: {name!r} is not a name component ({why or 'a dot'})")
-    owner, mode, modes = None, "sum", []
-    for extra in extras:
-        k, _, v = extra.partition("=")
-        if k == "owner":
-            owner = int(v) if v.isdigit() else _uid(v, text)
-        elif k == "mode" or k.startswith("mode."):
-            if v not in MODES:
-                raise ValueError(f"--family {text!r}: mode {v!r} is not one of {', '.join(MODES)}")
-            if k == "mode":
-                mode = v
-            else:
-                modes.append((k[5:], v))
-        else:
-            raise ValueError(f"--family {text!r}: {extra!r} is not owner=USER or mode=MODE")
-    return FamilySpec(name, glob, owner, mode, tuple(modes))
-
-
-def _uid(user: str, text: str) -> int:
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        raise ValueError(f"--family {text!r}: no user {user!r}") from None
 
 
 Definition = tuple[int, int, int, int, tuple[tuple[int, str], ...] | None]
