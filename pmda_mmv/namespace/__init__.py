@@ -1,4 +1,5 @@
-"""The namespace: many files' entries to one PCP namespace (pure, no I/O but the registry's).
+"""The namespace: many files' entries to one PCP namespace (pure: no I/O but the registry's
+and a departing family member's last values).
 
 :mod:`.nametree` (the component tree of names and its rules), :mod:`.numbering` (PCP indom
 serial numbering), :mod:`.registry` (the persistent identity registry: a name's clusters
