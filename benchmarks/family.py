@@ -77,6 +77,17 @@ def wait_names(client: Client, names: list[str], timeout: float = 300) -> Any:
         time.sleep(0.5)
 
 
+def wait_loaded(pmcd: PrivatePmcd, members: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        files = pmcd.run("pmprobe", "-v", "mmv.control.files", "mmv.control.reload").stdout
+        if files.split()[2:3] == [str(members)] and files.split()[-1] == "0":
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{pmcd.host}: not every member served in {timeout} s: {files}")
+        time.sleep(1)
+
+
 def timed(client: Client, pmids: Any, expect: int) -> float:
     seconds, res = client.fetch_once(pmids)
     try:
@@ -101,6 +112,8 @@ def run(members: int, metrics: int, departed: int, rounds: int, work: Path) -> d
             work / "departed" / "pmcd", our_agent(dirs["departed"], "--family", FAMILY)
         )
         pmcds["c"] = agents.start(work / "c" / "pmcd", c_agent(dirs["live"].parent))
+        for k in ("ours", "ours-departed"):  # every member loaded and in the tables
+            wait_loaded(pmcds[k], members)
         clients = {k: Client(k, p.host) for k, p in pmcds.items()}
         family = [f"mmv.bench.m{j:03d}" for j in range(metrics)]
         own = [[f"mmv.member_{i:04d}.m{j:03d}" for j in range(metrics)] for i in range(members)]
