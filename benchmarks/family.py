@@ -8,7 +8,6 @@ counters and instants alternately), written with tests/mmvbuild.py, served by pm
 * ``family``: one pmFetch of the family's metrics (``mmv.bench.*``);
 * ``one by one``: one pmFetch per member of its own metrics, all members (the time it takes
   a client to get the same information without a family), for pmda-mmv and the C pmdammv;
-* ``all members``: one pmFetch of every member's metrics together (pmda-mmv);
 * ``family, departed``: the family's fetch from a second pmda-mmv whose directory also
   holds ``--departed`` files (default 5,000) of the same family whose writers have exited
   (MMV_FLAG_PROCESS, a reaped pid): never served, never read at a fetch.
@@ -19,6 +18,7 @@ counters and instants alternately), written with tests/mmvbuild.py, served by pm
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
 import os
@@ -66,14 +66,21 @@ def populate(mmv_dir: Path, members: int, metrics: int, departed: int) -> None:
             image.write(mmv_dir / f"member_x{k:05d}")
 
 
-def wait_names(client: Client, names: list[str], timeout: float = 300) -> Any:
+def wait_names(client: Client, names: list[str], timeout: float = 60) -> Any:
+    """The PMIDs of ``names``; a lookup that fails is retried name by name (in this run,
+    pmLookupName of 100 member names answered PM_ERR_NAME on a context that had looked
+    up the family's, while every name resolved alone: a client-side oddity, not timed)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return client.lookup(names)
         except pmErr as e:
+            ids = [client.try_lookup([n]) for n in names]
+            if all(i is not None for i in ids):
+                return (ctypes.c_uint * len(names))(*(i[0] for i in ids))
             if time.monotonic() > deadline:
-                raise SystemExit(f"{client.label}: {names[0]} ...: {e} after {timeout} s") from e
+                unknown = [n for n, i in zip(names, ids, strict=True) if i is None]
+                raise SystemExit(f"{client.label}: {e} after {timeout} s: {unknown[:5]}") from e
         time.sleep(0.5)
 
 
@@ -119,10 +126,9 @@ def run(members: int, metrics: int, departed: int, rounds: int, work: Path) -> d
         own = [[f"mmv.member_{i:04d}.m{j:03d}" for j in range(metrics)] for i in range(members)]
         pmids = {k: wait_names(clients[k], family) for k in ("ours", "ours-departed")}
         each = {k: [wait_names(clients[k], names) for names in own] for k in ("ours", "c")}
-        every = wait_names(clients["ours"], [n for names in own for n in names])
         check_sum(pmcds["ours"], members)
         samples: dict[str, list[float]] = {
-            k: [] for k in ("family", "one by one", "C one by one", "all members", "departed")
+            k: [] for k in ("family", "one by one", "C one by one", "departed")
         }
         for _ in range(rounds):
             samples["family"].append(timed(clients["ours"], pmids["ours"], metrics))
@@ -131,7 +137,6 @@ def run(members: int, metrics: int, departed: int, rounds: int, work: Path) -> d
             ours = sum(timed(clients["ours"], p, metrics) for p in each["ours"])
             samples["one by one"].append(ours)
             samples["C one by one"].append(sum(timed(clients["c"], p, metrics) for p in each["c"]))
-            samples["all members"].append(timed(clients["ours"], every, members * metrics))
     finally:
         for pmcd in pmcds.values():
             pmcd.stop()
