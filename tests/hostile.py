@@ -330,3 +330,78 @@ ATTACKS: dict[str, Population] = {
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
 tests/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
+
+
+def every_limit(
+    directory: Path,
+    name: str = "limits",
+    counts: tuple[int, int, int, int, int] = (10_000, 50_000, 4096, 25, 16_384),
+    mtype: int = layout.TYPE_STRING,
+) -> list[Path]:
+    """One valid version 3 file at every per-file entry limit at once (layout.MAX_ENTRIES):
+    10,000 indoms and 50,000 instances (one indom of 40,001, the others of one each), 4,096
+    STRING metrics (items 1 to 1,023 four times over: three quarters of them spill), 25 of
+    them over the big indom, the others over one small indom each (the indoms past them
+    used by no metric), 1,004,096 values all pointing at one 255-byte string, and 16,384
+    instance labels: about 52 MB.  Packed with ``struct`` directly (the
+    byte builder's objects would take minutes at this size).  ``counts`` (indoms,
+    instances, metrics, metrics over the big indom, labels) and ``mtype`` (the metrics'
+    type) give other shapes of the same construction."""
+    indoms, instances, metrics, big, labels = counts
+    first = instances - (indoms - 1)  # instances of indom 1
+    sizes = [first] + [1] * (indoms - 1)
+    nvalues = big * first + (metrics - big)
+    nlabel_tocs = -(-labels // layout.MAX_LABELS)
+    strings = metrics + instances + 1  # names, instance names, the one value string
+    tocs = 5 + nlabel_tocs
+    at = layout.HEADER_SIZE + tocs * layout.TOC_SIZE
+    sections: list[tuple[int, int, int]] = []
+    for kind, count, size in (
+        (layout.TOC_INDOMS, indoms, layout.INDOM.size),
+        (layout.TOC_INSTANCES, instances, layout.INSTANCE_V2.size),
+        (layout.TOC_METRICS, metrics, layout.METRIC_V2.size),
+        (layout.TOC_VALUES, nvalues, layout.VALUE_SIZE),
+        (layout.TOC_STRINGS, strings, layout.STRING_SIZE),
+    ):
+        sections.append((kind, count, at))
+        at += count * size
+    for k in range(nlabel_tocs):
+        count = min(layout.MAX_LABELS, labels - k * layout.MAX_LABELS)
+        sections.append((layout.TOC_LABELS, count, at))
+        at += count * layout.LABEL.size
+    data = bytearray(at)
+    layout.HEADER.pack_into(data, 0, layout.MAGIC, 3, 1, 1, tocs, 0, 0, 230)
+    for k, toc in enumerate(sections):
+        layout.TOC.pack_into(data, layout.HEADER_SIZE + k * layout.TOC_SIZE, *toc)
+    d_at, i_at, m_at, v_at, s_at = (s[2] for s in sections[:5])
+    string = iter(range(s_at, s_at + strings * layout.STRING_SIZE, layout.STRING_SIZE))
+    instance_at: list[list[int]] = []
+    k = 0
+    for d, size in enumerate(sizes):
+        layout.INDOM.pack_into(data, d_at + d * 32, d + 1, size, i_at + k * 24, 0, 0)
+        ats = []
+        for j in range(size):
+            here, text = i_at + k * 24, next(string)
+            layout.INSTANCE_V2.pack_into(data, here, d_at + d * 32, j, text)
+            data[text : text + 8] = f"i{k}".encode().ljust(8, b"\0")
+            ats.append(here)
+            k += 1
+        instance_at.append(ats)
+    one = next(string)
+    data[one : one + 255] = b"s" * 255
+    values = bytearray()
+    for j in range(metrics):
+        here, text, indom = m_at + j * 48, next(string), 0 if j < big else j - big + 1
+        data[text : text + 8] = f"m{j}".encode().ljust(8, b"\0")
+        item = j % layout.MAX_ITEM + 1
+        layout.METRIC_V2.pack_into(data, here, text, item, mtype, 3, 0, indom + 1, 0, 0)
+        values += b"".join(layout.VALUE.pack(b"", one, here, i) for i in instance_at[indom])
+    data[v_at : v_at + len(values)] = values
+    for k in range(labels):
+        toc_at = sections[5 + k // layout.MAX_LABELS][2]
+        payload = json.dumps({"row": k}).encode()
+        at = toc_at + (k % layout.MAX_LABELS) * layout.LABEL.size
+        layout.LABEL.pack_into(data, at, layout.LABEL_INSTANCES, 1, k, payload)
+    path = directory / name
+    path.write_bytes(data)
+    return [path]

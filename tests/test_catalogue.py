@@ -175,9 +175,12 @@ def test_indom_serials_pack_like_the_reference_and_never_alias(
 
 
 def indoms(cluster: int, *serials: int) -> MmvBuilder:
+    """Indoms of these serials, each with a metric over it (an indom no metric uses is not
+    served: it has no PCP number)."""
     b = MmvBuilder(cluster=cluster, version=2)
-    for s in serials:
+    for k, s in enumerate(serials):
         b.indoms.append(Indom(s, [Instance(s % 1000, f"i{s}")]))
+        b.metrics.append(Metric(f"over{s}", k + 1, indom=s))
     return b
 
 

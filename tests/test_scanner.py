@@ -554,9 +554,11 @@ def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
     d.refresh()
     assert d.state("victim") == OK
     serial = d.scanner.catalogue.files["victim"].indoms[1].serial
-    assert serial not in numbers and serial not in d.scanner.catalogue.indom_sources.keys() - {
-        serial
-    }
+    # issue 28 #6: an indom no metric uses is not served and holds no number, so the
+    # squat's (it has no metric) take none and the victim has its C number
+    assert not d.scanner.catalogue.files["squat"].indoms
+    assert serial == (3 << 11) | 1
+    assert serial not in d.scanner.catalogue.indom_sources.keys() - {serial}
     os.unlink(d.path / "squat")
     d.refresh()
     victim.write(d.path / "victim")  # rewritten: it keeps its number (the registry's)

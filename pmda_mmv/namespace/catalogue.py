@@ -397,7 +397,7 @@ class Catalogue:
         return {
             c_indom(mf.header.cluster, s)
             for mf in files
-            for s in mf.indoms
+            for s in used_indoms(mf)
             if mf.header.cluster and packs(mf.header.cluster, s)
         }
 
@@ -571,8 +571,12 @@ class Catalogue:
         return entry
 
     def _add_indoms(self, entry: FileEntry, wanted: set[int]) -> None:
+        """Serve the indoms a metric of the file is over (:func:`used_indoms`); one no
+        metric uses gets nothing, not even a PCP number (a client reaches an indom only
+        through a metric's descriptor)."""
         mf = entry.mf
-        for serial, indom in mf.indoms.items():
+        for serial in used_indoms(mf):
+            indom = mf.indoms[serial]
             pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted, mf.uid)
             if pcp_serial is None:
                 entry.starved = True
@@ -581,10 +585,12 @@ class Catalogue:
             self.indom_keys[(entry.cluster, serial)] = pcp_serial
             si = ServedIndom(pcp_serial, indom, file=mf.name)
             si.labels, si.notes = merge_labels(mf.labels_for(layout.LABEL_INDOM, serial))
-            for inst in indom.instances:
-                pair = merge_labels(mf.labels_for(layout.LABEL_INSTANCES, serial, inst.internal))
-                if pair != ("", ""):
-                    si.instance_labels[inst.internal] = pair
+            if mf.label_index:  # the labelled instances only, not every instance
+                for inst in indom.instances:
+                    labels = mf.labels_for(layout.LABEL_INSTANCES, serial, inst.internal)
+                    pair = merge_labels(labels) if labels else ("", "")
+                    if pair != ("", ""):
+                        si.instance_labels[inst.internal] = pair
             entry.indoms[serial] = si
             _link(self.indom_sources, pcp_serial, si)
 
@@ -628,6 +634,13 @@ class Catalogue:
     def _refuse(self, entry: FileEntry, why: str) -> None:
         entry.problems.append(why)
         self.log(f"{entry.mf.path}: {why}")
+
+
+def used_indoms(mf: MmvFile) -> list[int]:
+    """The file-local serials of ``mf``'s indoms that at least one of its metrics is
+    over, in file order: the only ones served."""
+    used = {m.indom for m in mf.metrics if m.indom is not None}
+    return [serial for serial in mf.indoms if serial in used]
 
 
 def _same_metric(served: ServedMetric, name: str, m: Metric) -> bool:

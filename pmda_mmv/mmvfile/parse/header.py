@@ -114,8 +114,10 @@ def accept_section(st: State, toc: Toc) -> bool:
 
 def check_entries(st: State, sections: list[Toc]) -> None:
     """Refuse the file when its accepted sections hold more entries of one kind than
-    :data:`~pmda_mmv.mmvfile.layout.MAX_ENTRIES` allows (one file must not cost one request more
-    than about a second); named at the TOC entry whose count passes the limit."""
+    :data:`~pmda_mmv.mmvfile.layout.MAX_ENTRIES` allows, named at the TOC entry whose count passes
+    the limit, or when its entries together cost more than
+    :data:`~pmda_mmv.mmvfile.layout.MAX_LOAD_COST` (one file must not cost one request more than
+    about a second)."""
     totals: dict[int, int] = {}
     for toc in sections:
         limit = layout.MAX_ENTRIES.get(toc.type)
@@ -128,3 +130,11 @@ def check_entries(st: State, sections: list[Toc]) -> None:
             raise Refused(
                 st.path, f"toc[{toc.index}].count", layout.TOC.offset(toc.at, "count"), why, limit
             )
+    cost = sum(layout.LOAD_COST[kind] * n for kind, n in totals.items())
+    if cost > layout.MAX_LOAD_COST:
+        counts = ", ".join(f"{n} {layout.TOC_NAMES[kind]}" for kind, n in sorted(totals.items()))
+        why = (
+            f"entries ({counts}) cost {cost:.0f} to load, more than {layout.MAX_LOAD_COST} "
+            "in one file (layout.LOAD_COST: about a second of the agent's work at worst)"
+        )
+        raise Refused(st.path, "toc", layout.HEADER_SIZE, why, layout.MAX_LOAD_COST)

@@ -54,6 +54,7 @@ class State:
             set()
         )  # metric entry offsets whose values were tried as one run (values)
         self.order: dict[int, list[int]] | None = None  # indom serial -> instance entries
+        self.good_strings: set[int] = set()  # string entry offsets a string value may use
         # What was skipped and reported once, so that references to it are not reported again
         self.rejected_metrics = False  # a METRICS section
         self.rejected_indoms = False  # an INDOMS section

@@ -34,6 +34,14 @@ def string(
     return text
 
 
+def string_ok(st: State, offset: int) -> bool:
+    """Whether :func:`string` would accept the string entry at ``offset`` (nothing is
+    recorded): inside the file and NUL-terminated within its slot."""
+    if offset < layout.HEADER_SIZE or offset + layout.STRING_SIZE > st.size:
+        return False
+    return st.data.find(b"\0", offset, offset + layout.STRING_SIZE) >= 0
+
+
 def help_text(st: State, offset: int, where: str, at: int) -> str | None:
     """Help text; a slot filled to its last byte with no NUL (as Speed writes) is served
     as its first STRING_SIZE - 1 bytes, as the C agent does, and noted (partial)."""

@@ -9,7 +9,7 @@ from array import array
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Metric, Toc
 from pmda_mmv.mmvfile.parse.state import State
-from pmda_mmv.mmvfile.parse.strings import string
+from pmda_mmv.mmvfile.parse.strings import string, string_ok
 
 V = layout.VALUE.at
 """Field offsets of a value entry."""
@@ -25,8 +25,10 @@ def value_span(st: State, tocs: list[Toc]) -> None:
 
 def values(st: State, toc: Toc) -> None:
     """Index a VALUES section in one pass over its (metric, instance) offset pairs.
-    An entry that is not plainly valid, and every string value, goes through
-    :func:`value`, which checks it in full and records its problem."""
+    An entry that is not plainly valid goes through :func:`value`, which checks it in
+    full and records its problem.  A string value's string entry is checked once per
+    distinct offset (:attr:`State.good_strings`), not once per value: a million values
+    sharing one string cost what a million numbers do."""
     end = toc.offset + toc.count * layout.VALUE_SIZE
     words = memoryview(st.data)[toc.offset : end].cast("Q")  # native, as layout.VALUE
     metric_at, instance_at = st.metric_at, st.instance_at
@@ -34,18 +36,23 @@ def values(st: State, toc: Toc) -> None:
     per = layout.VALUE_SIZE // _WORD  # 8-byte words per entry
     moffs = words[V["metric"] // _WORD :: per].tolist()
     ioffs = words[V["instance"] // _WORD :: per].tolist()
+    extras = words[V["extra"] // _WORD :: per].tolist()  # unsigned: a negative one fails
+    good, tried = st.good_strings, st.tried
     i, count = 0, len(moffs)
     while i < count:
         moff, ioff = moffs[i], ioffs[i]
         metric = metric_at.get(moff)
-        run = _run(st, metric, moffs, ioffs, i) if metric is not None else 0
+        if metric is None or metric.offset in tried:  # no call per value once tried
+            run = 0
+        else:
+            run = _run(st, metric, moffs, ioffs, extras, i)
         if run and metric is not None:  # a whole metric, instance by instance, as libpcp_mmv
             metric.slots = array("q", range(at - base, at - base + run * step, step))
             at += run * step
             i += run
             continue
         i += 1
-        if metric is not None and metric.type != layout.TYPE_STRING:
+        if metric is not None and (metric.type != layout.TYPE_STRING or extras[i - 1] in good):
             if metric.indom is None:
                 pos = 0
             else:
@@ -59,11 +66,14 @@ def values(st: State, toc: Toc) -> None:
         at += step
 
 
-def _run(st: State, metric: Metric, moffs: list[int], ioffs: list[int], i: int) -> int:
+def _run(
+    st: State, metric: Metric, moffs: list[int], ioffs: list[int], extras: list[int], i: int
+) -> int:
     """How many values from ``i`` on are the whole of ``metric``, one per instance in
-    its indom's order with none set before (0 when they are not: checked one value at
-    a time).  Tried once per metric, so a file cannot make it cost more than its size."""
-    if metric.indom is None or metric.type == layout.TYPE_STRING or metric.offset in st.tried:
+    its indom's order with none set before, and for a STRING metric each pointing at a
+    good string entry (0 when they are not: checked one value at a time).  Tried once
+    per metric, so a file cannot make it cost more than its size."""
+    if metric.indom is None or metric.offset in st.tried:
         return 0
     st.tried.add(metric.offset)
     order = _instance_order(st, metric.indom)
@@ -72,7 +82,20 @@ def _run(st: State, metric: Metric, moffs: list[int], ioffs: list[int], i: int) 
         return 0
     if moffs[i : i + k] != [moffs[i]] * k:
         return 0
+    if metric.type == layout.TYPE_STRING and not _good_strings(st, extras[i : i + k]):
+        return 0
     return k if metric.slots.count(-1) == k else 0
+
+
+def _good_strings(st: State, offsets: list[int]) -> bool:
+    """Whether every one of ``offsets`` is a good string entry, each distinct one checked
+    once (and remembered in :attr:`State.good_strings`)."""
+    good = st.good_strings
+    for offset in set(offsets).difference(good):
+        if not string_ok(st, offset):
+            return False
+        good.add(offset)
+    return True
 
 
 def _instance_order(st: State, serial: int) -> list[int]:
@@ -112,9 +135,8 @@ def value(st: State, at: int, where: str) -> None:
         st.problem(f"{where}", at, f"duplicate value for metric {metric.name}, ignored")
         return
     extra_at = at + V["extra"]
-    if (
-        metric.type == layout.TYPE_STRING
-        and string(st, extra, f"{where}.extra", extra_at, False) is None
-    ):
-        return
+    if metric.type == layout.TYPE_STRING and extra not in st.good_strings:
+        if string(st, extra, f"{where}.extra", extra_at, False) is None:
+            return
+        st.good_strings.add(extra)
     metric.slots[pos] = at - st.out.base
