@@ -405,3 +405,18 @@ def every_limit(
     path = directory / name
     path.write_bytes(data)
     return [path]
+
+
+def empty_indoms(directory: Path, files: int, indoms: int) -> list[Path]:
+    """``files`` valid files of ``indoms`` instance domains each, with no instances and no
+    metric over them (and one singular metric, so that the file is served): 200 x 2,047 is
+    13 MB."""
+    paths = []
+    for f in range(files):
+        b = MmvBuilder(cluster=400 + f, version=2)
+        b.indoms += [Indom(s) for s in range(1, indoms + 1)]
+        b.metrics.append(Metric("v", 1, layout.TYPE_U64))
+        b.values.append(Value("v", None, f))
+        paths.append(directory / f"empty{f:03d}")
+        b.write(paths[-1])
+    return paths

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pmda_mmv.directory.scanner import MAX_NAMES, MAX_TOTAL, Scanner, parse_owners
+from pmda_mmv.directory.scanner import (
+    MAX_INDOMS,
+    MAX_INSTANCES,
+    MAX_NAMES,
+    MAX_TOTAL,
+    Scanner,
+    parse_owners,
+)
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue, Log
@@ -31,6 +38,8 @@ class ServingOptions:
     max_size: int = DEFAULT_MAX_SIZE
     max_total: int = MAX_TOTAL
     max_names: int = MAX_NAMES
+    max_indoms: int = MAX_INDOMS
+    max_instances: int = MAX_INSTANCES
     registry: str | None = None  # None: the default path; "" or "none": memory only
     registry_cap: int = identity.CAP
     families: tuple[FamilySpec, ...] = ()
@@ -77,6 +86,19 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_NAMES,
         help=f"most metric names of all served files together (default {MAX_NAMES})",
+    )
+    p.add_argument(
+        "--max-indoms",
+        type=int,
+        default=MAX_INDOMS,
+        help="most instance domains of all served files together, those a metric is over "
+        f"(default {MAX_INDOMS})",
+    )
+    p.add_argument(
+        "--max-instances",
+        type=int,
+        default=MAX_INSTANCES,
+        help=f"most instances of those indoms together (default {MAX_INSTANCES})",
     )
     p.add_argument(
         "--registry",
@@ -140,6 +162,8 @@ def scanner_for(
         max_size=limits.max_size,
         max_total=limits.max_total,
         max_names=limits.max_names,
+        max_indoms=limits.max_indoms,
+        max_instances=limits.max_instances,
         log=log,
         info=info,
     )
@@ -175,6 +199,8 @@ def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Servin
         max_size=a.max_size << 20,
         max_total=a.max_total << 20,
         max_names=a.max_names,
+        max_indoms=a.max_indoms,
+        max_instances=a.max_instances,
         registry=a.registry,
         registry_cap=a.registry_cap,
         families=parse_families(p, a.family),

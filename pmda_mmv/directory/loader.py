@@ -41,7 +41,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError, NotReady
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable, with_labels
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log, remember
+from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log, remember, used_indoms
 
 Inode = tuple[int, int]
 
@@ -83,7 +83,11 @@ class Loader:
         self.max_total = max_total
         self.max_files = fdlimit.max_files()  # descriptors of served files and pidfds
         self.max_names = 1 << 62  # metric names of the served files (the scanner's option)
+        self.max_indoms = 1 << 62  # served indoms of the served files (the scanner's option)
+        self.max_instances = 1 << 62  # their instances (the scanner's option)
         self._names = 0  # metric entries of the served files
+        self._indoms = 0  # served indoms of the served files
+        self._insts = 0  # their instances
         self._opening = 0  # files one _consider opened that were not served before
         self._total = 0  # bytes of the served files
         self._loading = 0  # bytes of the files one _consider opened, not served yet
@@ -121,6 +125,8 @@ class Loader:
         _count(self._asked, entry.mf.header.cluster, -1)
         self._total -= entry.mf.size
         self._names -= len(entry.metrics)
+        self._indoms -= len(entry.indoms)
+        self._insts -= _instance_count(entry)
         self._released += 1
         self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
@@ -381,13 +387,10 @@ class Loader:
         writer, inode = found
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
-        if self._names + len(mf.metrics) > self.max_names:
+        why = self._over_counts(mf)
+        if why is not None:
             _close(mf, writer)
             self._requeue_links(inode)
-            why = (
-                f"{mf.path}: metrics: {len(mf.metrics)} names: the served files would have "
-                f"more than {self.max_names} (--max-names), file not served"
-            )
             self._set(state, REFUSED, why, changes)
             self._starved.add(state.name)  # retried when a file leaves
             return
@@ -408,6 +411,8 @@ class Loader:
         _count(self._asked, mf.header.cluster, 1)
         self._total += mf.size
         self._names += len(entry.metrics)
+        self._indoms += len(entry.indoms)
+        self._insts += _instance_count(entry)
         if inode is not None:  # not through a symlink
             state.inode = inode
             self._inodes[inode] = state.name
@@ -428,6 +433,24 @@ class Loader:
         self._backoff.unpeek(state)
         changes.added.append(entry)
         changes.states = True
+
+    def _over_counts(self, mf: MmvFile) -> str | None:
+        """Why serving ``mf`` would take the served files past ``--max-names``,
+        ``--max-indoms`` or ``--max-instances`` (None: it fits).  Indoms no metric uses
+        are not served and do not count."""
+        used = [mf.indoms[s] for s in used_indoms(mf)]
+        instances = sum(len(d.instances) for d in used)
+        for what, n, unit, have, most in (
+            ("metrics", len(mf.metrics), "names", self._names, self.max_names),
+            ("indoms", len(used), "indoms", self._indoms, self.max_indoms),
+            ("indoms", instances, "instances", self._insts, self.max_instances),
+        ):
+            if have + n > most:
+                return (
+                    f"{mf.path}: {what}: {n} {unit}: the served files would have more "
+                    f"than {most} (--max-{unit}), file not served"
+                )
+        return None
 
     def _refuse_unserved(
         self, state: FileState, entry: FileEntry, writer: Writer | None, changes: Changes
@@ -491,6 +514,10 @@ def _attribute(entry: FileEntry, labels: dict[str, str]) -> None:
         for inst, (lb, notes) in si.instance_labels.items():
             if any(n in lb for n in names):
                 si.instance_labels[inst] = (with_labels(lb, labels), notes)
+
+
+def _instance_count(entry: FileEntry) -> int:
+    return sum(len(si.indom.instances) for si in entry.indoms.values())
 
 
 def _close(mf: MmvFile, writer: Writer | None) -> None:

@@ -22,7 +22,8 @@ the request's budget lasts, else it is queued as any other.
 
 Resources: a file refused, or an indom left out, for want of a cluster or an indom serial
 is retried when the catalogue frees one (in name order, until one is still refused); a file
-refused past ``max_total`` or ``max_names`` when a served file leaves.
+refused past ``max_total``, ``max_names``, ``max_indoms`` or ``max_instances`` when a
+served file leaves.
 
 Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
 is followed only to a regular file inside the same directory; ``owners``; files larger than
@@ -59,6 +60,11 @@ from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log
 
 MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 MAX_NAMES: Final = 500_000
+MAX_INDOMS: Final = 100_000
+"""Served indoms of all served files together (--max-indoms): an indom no metric uses is
+not served and does not count."""
+MAX_INSTANCES: Final = 2_000_000
+"""Instances of the served indoms of all served files together (--max-instances)."""
 """Metric names of all served files together (--max-names): about 0.8 GB of the agent at
 1.6 KB a name (issue 28; the C agent has no bound and was dropped at 1M names)."""
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
@@ -95,6 +101,8 @@ class Scanner(Loader):
         max_total: int = MAX_TOTAL,
         max_names: int = MAX_NAMES,
         info: Log | None = None,
+        max_indoms: int = MAX_INDOMS,
+        max_instances: int = MAX_INSTANCES,
     ) -> None:
         super().__init__(
             directory,
@@ -109,6 +117,8 @@ class Scanner(Loader):
             info=info,
         )
         self.max_names = max_names
+        self.max_indoms = max_indoms
+        self.max_instances = max_instances
         self.check_interval = check_interval
         self.budget = budget
         self.reload_requested = False
