@@ -57,6 +57,7 @@ def test_a_file_at_every_limit_at_once_never_stalls_a_good_file(served: Served) 
                     break
             else:
                 pytest.fail(served.pmcd.agent_log()[-2000:])
+            print("slowest good request", slowest)
             assert slowest < QUICK, slowest
             made = path.rename(made)
             served.assert_good_answers()
@@ -141,16 +142,16 @@ def test_memory_per_empty_indom_is_cut(tmp_path: Path) -> None:
 
 @pytest.mark.pmcd
 def test_empty_indoms_cost_the_agent_little(served: Served) -> None:
-    """Finding 6 under pmcd: the agent's RSS for 200 files x 2,047 empty indoms (the C
-    agent: 14-21 MB in all; ours before: +1,066 MB, here +69 MB measured in process)."""
+    """Finding 6 under pmcd: the agent's RSS serving 200 files x 2,047 empty indoms (the
+    C agent: 14-21 MB in all; ours before: +1,066 MB, now +69 MB, measured in process;
+    the agent's RSS here includes what the tests before it left)."""
     agent = psutil.Process(served.pid)
-    before = agent.memory_info().rss
     paths = hostile.empty_indoms(served.dir, 200, 2047)
     try:
         wait_served(served, len(paths) + 1)
-        grown = agent.memory_info().rss - before
-        print("RSS grown", grown >> 20, "MB")
-        assert grown < 150 << 20, grown >> 20
+        rss = agent.memory_info().rss
+        print("agent RSS", rss >> 20, "MB")
+        assert rss < 200 << 20, rss >> 20
         served.assert_good_answers()
     finally:
         for path in paths:
