@@ -14,7 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from pcp.pmapi import pmUnits
+from pcp.pmda import pmdaMetric
 
+from pmda_mmv.agent import pcpcompat
 from pmda_mmv.agent.options import parse_args
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory.scanner import Scanner
@@ -192,3 +195,27 @@ def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: P
     (tmp_path / "d1").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d2", "d3"]
+
+
+def test_a_served_metric_s_pmda_metric_is_one_object() -> None:
+    """Finding 5: python3-pcp's ``pmdaMetric`` constructor sets each field through a
+    temporary pmDesc and keeps the pmUnits it is given alive in a dict of the metric's:
+    about 470 bytes traced a metric.  ``pcpcompat.metric`` packs the same bytes into one
+    zeroed object (the agent's RSS per name, 100 files x 1,000 names: 2,382 -> 2,085)."""
+    units = layout.units_bytes(layout.units_word(dim_space=1, scale_space=2) | 0x5)
+    theirs = pmdaMetric(0x11800401, 3, 0x11800001, 1, pmUnits.from_buffer_copy(units))
+    ours = pcpcompat.metric(0x11800401, 3, 0x11800001, 1, units)
+    assert bytes(ours) == bytes(theirs) and ours.m_user is None
+    for make in (
+        lambda: pmdaMetric(7, 3, 1, 1, pmUnits.from_buffer_copy(units)),
+        lambda: pcpcompat.metric(7, 3, 1, 1, units),
+    ):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            kept = [make() for _ in range(10_000)]
+            per_metric = tracemalloc.get_traced_memory()[0] / len(kept)
+        finally:
+            tracemalloc.stop()
+        print("traced per pmdaMetric", per_metric)
+    assert per_metric < 200, per_metric

@@ -41,11 +41,6 @@ __all__ = ["MmvPMDA", "Options", "main", "parse_args"]
 HOLD = serving.HOLD  # the hold of files loaded while more wait (serving.Held)
 
 
-def _units(word: int) -> pmUnits:
-    """The pmUnits for an on-disk word, bit for bit (pad/extra bits included)."""
-    return pmUnits.from_buffer_copy(layout.units_bytes(word))
-
-
 class MmvPMDA(PMDA):  # type: ignore[misc]
     """PCP's ``mmv`` agent.  Construct, then :meth:`serve` (blocks until pmcd closes)."""
 
@@ -253,8 +248,12 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         sm = self.model.serve_metric(cluster, item)
         if sm is not None:
             indom = self.indom(sm.indom.serial) if sm.indom else c_api.PM_INDOM_NULL
-            desc = pmdaMetric(
-                self.pmid(cluster, item), sm.type, indom, sm.semantics, _units(sm.units)
+            desc = pcpcompat.metric(
+                self.pmid(cluster, item),
+                sm.type,
+                indom,
+                sm.semantics,
+                layout.units_bytes(sm.units),
             )
             self._add(sm.name, desc, sm.oneline, sm.helptext)
 
