@@ -79,7 +79,9 @@ def test_check_json_statuses_and_problems(capsys: pytest.CaptureFixture[str], fi
             "conflicts",
             "writer",
             "spills",
+            "family",
         }
+        assert r["family"] is None  # no --family given: no file is a member
         for p in r["problems"]:
             assert (
                 {"field", "offset", "message"} <= set(p) <= {"field", "offset", "message", "limit"}
