@@ -210,3 +210,15 @@ def test_install_carries_the_family_option(
     options = install.installed_options(line, launcher)
     assert options == ["--family", "websrv=websrv_w*"]
     assert parse_args(options).families == (FamilySpec("websrv", "websrv_w*"),)
+
+
+def test_owner_root_given_is_kept_when_a_strangers_file_comes_first(tmp_path: Path) -> None:
+    """``:owner=root`` (uid 0, falsy) was dropped: the first matching file's owner won, so
+    a stranger's file took the family and root's own members were left out."""
+    w = World(tmp_path, "websrv=websrv_*:owner=root")
+    w.add("websrv_x", member((100, 100)), uid=STRANGER)
+    w.add("websrv_a", member((1, 1)), uid=0)
+    fam = w.families.families[0]
+    assert fam.owner == 0
+    assert fam.left_out == {"websrv_x": "owned by uid 65534: the family takes only uid 0's files"}
+    assert w.fetch("requests") == {0: 1, 1: 1}

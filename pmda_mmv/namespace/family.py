@@ -103,7 +103,9 @@ class Families:
     ) -> None:
         self.catalogue = catalogue
         self.log: Log = log or (lambda line: None)
-        self.families = [Family(s, s.owner or self._remembered(s.name)) for s in specs]
+        self.families = [
+            Family(s, s.owner if s.owner is not None else self._remembered(s.name)) for s in specs
+        ]
         self.by_cluster: dict[int, Family] = {}
         self.of_file: dict[str, Family] = {}
         self.pmids: set[tuple[int, int]] = set()
