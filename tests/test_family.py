@@ -226,6 +226,36 @@ def test_gauges_follow_their_mode_and_a_strangers_file_is_left_out(
     assert check.stdout.count("family websrv: member") == WORKERS, check.stdout
 
 
+def test_a_strangers_file_named_as_the_family_does_not_take_its_names(
+    private_pmcd: Callable[..., PrivatePmcd],
+    private_mmv_dir: Path,
+    private_dir: Path,
+    servers: Callable[..., Server],
+) -> None:
+    """User nobody's file ``websrv`` (a copy of a worker's, no writer), served before the
+    family's first member, took ``mmv.websrv.*``: the family's metrics were not served and
+    the stranger's values were read under the family's names."""
+    first = servers(private_mmv_dir, private_dir / "old", "--rate", "5")
+    data = bytearray((private_mmv_dir / "websrv_w0").read_bytes())
+    data[HEADER.at["flags"] : HEADER.at["flags"] + 4] = bytes(4)  # not PROCESS: no writer
+    first.stop()
+    for path in private_mmv_dir.iterdir():
+        path.unlink()
+    stranger = private_mmv_dir / "websrv"
+    stranger.write_bytes(data)
+    os.chown(stranger, STRANGER, STRANGER)
+    family = "websrv=websrv_w*:owner=0:mode=max"
+    pmcd = private_pmcd(our_agent(private_mmv_dir, "--family", family))
+    servers(private_mmv_dir, private_dir / "reports", "--rate", "5")
+    deadline = time.monotonic() + 20
+    while family_values(pmcd, "mmv.websrv.busy") != {None: 4}:  # max over slots + 1
+        assert time.monotonic() < deadline, pmcd.agent_log()
+        time.sleep(0.2)
+    log = pmcd.agent_log()
+    assert "mmv.websrv.busy is reserved for family websrv" in log, log
+    assert "family websrv: mmv.websrv" not in log, log  # the family serves every metric
+
+
 # -- docs/multiprocess.md's family example, every command as the doc shows it ---------------
 
 DOC = (CHECKOUT / "docs" / "multiprocess.md").read_text()

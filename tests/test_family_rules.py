@@ -222,3 +222,21 @@ def test_owner_root_given_is_kept_when_a_strangers_file_comes_first(tmp_path: Pa
     assert fam.owner == 0
     assert fam.left_out == {"websrv_x": "owned by uid 65534: the family takes only uid 0's files"}
     assert w.fetch("requests") == {0: 1, 1: 1}
+
+
+def test_a_file_named_as_the_family_does_not_take_its_names(tmp_path: Path) -> None:
+    """A stranger's file named ``websrv`` (or a NOPREFIX ``websrv.*`` metric) served first
+    took ``mmv.websrv.requests``: the family's own metric was not served and the stranger's
+    values were read under the family's name.  The family's subtree is reserved."""
+    w = World(tmp_path, "websrv=websrv_*:owner=0")
+    w.add("websrv", member((500, 500)), uid=STRANGER)
+    w.add("websrv_a", member((1, 1)), uid=0)
+    assert w.families.families[0].problems == []
+    assert w.fetch("requests") == {0: 1, 1: 1}
+    assert not any(sm.file == "websrv" for sm in w.cat.files["websrv"].metrics)
+    assert any("mmv.websrv.requests is reserved for family websrv" in line for line in w.log)
+
+
+def test_a_family_may_not_be_named_control() -> None:
+    with pytest.raises(ValueError, match="reserved for the agent"):
+        parse_family("control=worker_*")

@@ -179,6 +179,7 @@ class Catalogue:
     ) -> None:
         self.prefix = prefix
         self.reserved = {f"{prefix}.{r}" for r in reserved}
+        self.family_trees: dict[str, str] = {}  # <prefix>.NAME -> family NAME (family.py)
         sink: Log = log or (lambda line: None)
         self.log: Log = lambda line: sink(printable(line))
         benign: Log = info or sink
@@ -381,11 +382,14 @@ class Catalogue:
 
     # -- names
 
-    def name_conflict(self, name: str) -> str | None:
-        """Why ``name`` cannot be added now, or None."""
+    def name_conflict(self, name: str, family: str | None = None) -> str | None:
+        """Why ``name`` cannot be added now (by ``family``, else by a file), or None."""
         for reserved in self.reserved:
             if name == reserved or name.startswith(reserved + "."):
                 return f"{name} is reserved for the agent"
+        for tree, owner in self.family_trees.items():
+            if owner != family and (name == tree or name.startswith(tree + ".")):
+                return f"{name} is reserved for family {owner}"
         return self.tree.conflict(name)
 
     # -- indoms

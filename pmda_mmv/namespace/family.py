@@ -110,6 +110,8 @@ class Families:
         self.of_file: dict[str, Family] = {}
         self.pmids: set[tuple[int, int]] = set()
         self.serials: set[int] = set()
+        for fam in self.families:  # no file takes a family's names, even before it is served
+            catalogue.family_trees[f"{catalogue.prefix}.{fam.spec.name}"] = fam.spec.name
         if self.families:
             catalogue.on_add, catalogue.on_remove = self.join, self.leave
 
@@ -229,7 +231,7 @@ class Families:
     def _add_metric(self, fam: Family, sm: ServedMetric) -> None:
         cat, name = self.catalogue, sm.metric.name
         full = f"{cat.prefix}.{fam.spec.name}.{name}"
-        why = cat.name_conflict(full)
+        why = cat.name_conflict(full, fam.spec.name)
         fsi = None
         if why is None and sm.indom is not None and sm.metric.indom is not None:
             fsi = self._indom(fam, sm.metric.indom, sm.indom)

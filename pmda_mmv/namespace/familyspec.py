@@ -41,6 +41,8 @@ def parse_family(text: str) -> FamilySpec:
     why = name_problem(name)
     if why or "." in name:
         raise ValueError(f"--family {text!r}: {name!r} is not a name component ({why or 'a dot'})")
+    if name == "control":
+        raise ValueError(f"--family {text!r}: {name!r} is reserved for the agent (mmv.control)")
     owner, mode, modes = None, "sum", []
     for extra in extras:
         k, _, v = extra.partition("=")
