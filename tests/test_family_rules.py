@@ -240,3 +240,18 @@ def test_a_file_named_as_the_family_does_not_take_its_names(tmp_path: Path) -> N
 def test_a_family_may_not_be_named_control() -> None:
     with pytest.raises(ValueError, match="reserved for the agent"):
         parse_family("control=worker_*")
+
+
+def test_a_string_counter_is_the_most_recent_members_not_an_error(tmp_path: Path) -> None:
+    """A STRING metric with counter semantics (libpcp_mmv takes it) was summed: every
+    fetch of it failed (TypeError: int + str, logged) instead of the newest member's."""
+    w = World(tmp_path, "websrv=websrv_*")
+    for name, version, generation in (("websrv_a", "1.0", 1), ("websrv_b", "2.0", 9)):
+        b = member(generation=0x5F5E1000000000 + generation)
+        b.metrics.append(Metric("version", 3, layout.TYPE_STRING, layout.SEM_COUNTER, 0))
+        b.values.append(Value("version", None, version))
+        w.add(name, b)
+    assert w.fetch("version") == {PM_IN_NULL: "2.0"}
+    w.remove("websrv_b")  # departs: nothing of a string is credited
+    assert w.fetch("version") == {PM_IN_NULL: "1.0"}
+    assert not [line for line in w.log if "Error" in line], w.log

@@ -32,7 +32,7 @@ class FamilyTable:
         self.family = family
         self.name = fsm.metric.name
         self.mode = family.mode(fsm)
-        self.counter = fsm.semantics == 1
+        self.counter = fsm.semantics == 1 and self.mode == "sum"  # not a string counter
         self.part = part
 
     def __call__(self) -> Built | None:

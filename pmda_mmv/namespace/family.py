@@ -87,10 +87,10 @@ class Family:
 
     def mode(self, sm: ServedMetric) -> str:
         """How ``sm`` (a family metric) is aggregated."""
+        if sm.metric.type == layout.TYPE_STRING:  # a string counter too: nothing to add
+            return "mostrecent"
         if sm.semantics == PM_SEM_COUNTER:
             return "sum"
-        if sm.metric.type == layout.TYPE_STRING:
-            return "mostrecent"
         return self.spec.mode_of(sm.metric.name)
 
 
