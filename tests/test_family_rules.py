@@ -255,3 +255,21 @@ def test_a_string_counter_is_the_most_recent_members_not_an_error(tmp_path: Path
     w.remove("websrv_b")  # departs: nothing of a string is credited
     assert w.fetch("version") == {PM_IN_NULL: "1.0"}
     assert not [line for line in w.log if "Error" in line], w.log
+
+
+def test_a_file_left_out_for_disagreeing_joins_when_the_members_it_disagreed_with_left(
+    tmp_path: Path,
+) -> None:
+    """A rolling upgrade (busy u32 -> u64): the new worker's file was left out while the
+    old one served, and stayed left out after the old one left: the family was not served
+    at all, while ``check`` (judging the files as they are) called the new file a member."""
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_old", member((5, 5), busy=1))
+    new = member((7, 7), busy=2, busy_type=layout.TYPE_U64, generation=0x5F5E1000000009)
+    w.add("websrv_new", new)
+    fam = w.families.families[0]
+    assert list(fam.left_out) == ["websrv_new"]
+    w.remove("websrv_old")
+    assert list(fam.members) == ["websrv_new"] and fam.left_out == {}
+    assert w.fetch("requests") == {0: 5 + 7, 1: 5 + 7}  # the departed one's counts kept
+    assert w.fetch("busy") == {PM_IN_NULL: 2}

@@ -199,6 +199,16 @@ class Families:
         self.catalogue.registry.credit(fam.key, fam.totals)
         if not fam.members:
             self._unserve(fam)
+            self._rejudge(fam)
+
+    def _rejudge(self, fam: Family) -> None:
+        """The last member left: the files left out for disagreeing with the members are
+        judged again (a rolling upgrade's new files, left out while old ones were served)."""
+        for name, why in list(fam.left_out.items()):
+            entry = self.catalogue.files.get(name)
+            if entry is not None and not why.startswith("owned by"):
+                del fam.left_out[name]
+                self.join(entry)
 
     def _uncredit(self, fam: Family, entry: FileEntry) -> None:
         """The same file (name and generation) served again: its credit is taken back."""
