@@ -172,7 +172,9 @@ def test_family_options() -> None:
     assert parse_family("web=web_*:owner=0:mode=max:mode.busy=min") == FamilySpec(
         "web", "web_*", 0, "max", (("busy", "min"),)
     )
-    for bad in ("web", "=x", "web=", "a.b=x", "web=x:mode=avg", "web=x:colour=red"):
+    bad_owners = ("web=x:owner=4294967295", "web=x:owner=99999999999999999999")
+    for bad in ("web", "=x", "web=", "a.b=x", "web=x:mode=avg", "web=x:colour=red",
+                "web=x:mode.=max", *bad_owners):  # fmt: skip
         with pytest.raises(ValueError, match="--family"):
             parse_family(bad)
 
@@ -205,6 +207,10 @@ def test_install_carries_the_family_option(
     monkeypatch.setattr(install, "install", lambda options: pytest.fail("installed"))
     assert install.main("install", ["--family", "web"]) == 2
     assert "--family 'web': not NAME=GLOB" in capsys.readouterr().err
+    assert install.main("install", ["--family", "control=worker_*"]) == 2
+    assert "'control' is reserved for the agent" in capsys.readouterr().err
+    assert install.main("install", ["--family", "web=web_*:mode.=max"]) == 2
+    assert "'mode.=max' names no metric" in capsys.readouterr().err
     launcher = Path("/var/lib/pcp/pmdas/mmv/pmdammv")
     line = f"mmv 70 pipe binary notready {launcher} -d 70 --notready --family websrv=websrv_w*"
     options = install.installed_options(line, launcher)

@@ -48,11 +48,15 @@ def parse_family(text: str) -> FamilySpec:
         k, _, v = extra.partition("=")
         if k == "owner":
             owner = int(v) if v.isdigit() else _uid(v, text)
+            if owner >= (1 << 32) - 1:
+                raise ValueError(f"--family {text!r}: uid {v} is out of range")
         elif k == "mode" or k.startswith("mode."):
             if v not in MODES:
                 raise ValueError(f"--family {text!r}: mode {v!r} is not one of {', '.join(MODES)}")
             if k == "mode":
                 mode = v
+            elif not k[5:]:
+                raise ValueError(f"--family {text!r}: {extra!r} names no metric")
             else:
                 modes.append((k[5:], v))
         else:
