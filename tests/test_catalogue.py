@@ -192,7 +192,7 @@ def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) ->
     assert p is not None and q is not None
     assert p.indoms[4097].serial == 6145 and q.indoms[1].serial not in (0, 6145)
     mine = q.indoms[1].serial
-    assert mine == catalogue.derived_indom("q", 1)  # not load-order dependent
+    assert mine == catalogue.derived_indom("q", 1, cat.registry.secret)  # not load-order dependent
     for _ in range(3):  # q's writer restarts, p goes and comes back
         cat.remove("q")
         cat.remove("p")
@@ -209,7 +209,7 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
     assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == catalogue.derived_indom(
-        "p", 4097
+        "p", 4097, cat.registry.secret
     )
 
 

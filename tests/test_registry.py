@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.numbering import INDOM_MASK, derived_indom
 from pmda_mmv.namespace.registry import VERSION, Record, Registry, default_path
 from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 
@@ -394,3 +396,29 @@ def test_load_keeps_only_the_newest_names_the_cap_allows(tmp_path: Path) -> None
     small.load()
     assert [name for name, _ in small.records] == [f"n{n}" for n in range(91, 100)]
     assert not small.cluster_held(1) and small.cluster_held(100) and small.serial_held(109)
+
+
+def test_the_derived_number_secret_is_kept_beside_the_registry_for_its_user_only(
+    tmp_path: Path,
+) -> None:
+    # issue 28 #7: an indom's search for a number of its own started at an unkeyed CRC-32
+    # of its file name and serial, which any local user could compute and fill in advance
+    path = tmp_path / "reg.json"
+    r = Registry(str(path))
+    r.load()
+    r.serve(("a", 0), 1, 0, False, {})
+    assert r.save()
+    key = tmp_path / "reg.json.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and bytes.fromhex(key.read_text()) == r.secret
+    again = Registry(str(path))
+    again.load()
+    assert again.secret == r.secret  # the same searches after an agent restart
+    assert Registry().secret != Registry().secret  # memory only: one per process
+    other = Registry(str(tmp_path / "other.json"), readonly=True)
+    other.load()
+    other.serve(("a", 0), 1, 0, False, {})
+    assert other.save() and not list(tmp_path.glob("other*"))  # check writes no secret
+    start = derived_indom("victim", 5, r.secret)
+    assert start != zlib.crc32(b"victim\x005") % INDOM_MASK + 1
+    assert derived_indom("victim", 5, again.secret) == start
+    assert derived_indom("victim", 5, Registry().secret) != start

@@ -544,7 +544,7 @@ def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
     victim.indoms.append(Indom(1, [Instance(0, "only")]))
     victim.metrics.append(Metric("m", 1, indom=1))
     victim.values.append(Value("m", 0, 5))
-    start = catalogue.derived_indom("victim", 1)
+    start = catalogue.derived_indom("victim", 1, d.scanner.catalogue.registry.secret)
     squat = MmvBuilder(cluster=2048, version=2)
     numbers = {(3 << 11) | 1} | {(start - 1 + k) % catalogue.INDOM_MASK + 1 for k in range(4096)}
     squat.indoms += [Indom(n) for n in sorted(numbers)]

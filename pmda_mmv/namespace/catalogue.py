@@ -429,7 +429,7 @@ class Catalogue:
         def used(number: int) -> bool:
             return number in served or registry.serial_held(number, key)
 
-        return choose_indom(name, cluster, serial, None, _Used(used), wanted)
+        return choose_indom(name, cluster, serial, None, _Used(used), wanted, registry.secret)
 
     # -- files
 

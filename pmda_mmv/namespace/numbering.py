@@ -2,16 +2,18 @@
 
 PCP indom serials (22 bits) are chosen by the catalogue (:func:`choose_indom`): the C agent's
 number, ``((cluster << 11) | serial) & 0x3FFFFF``, whenever no other served indom holds it;
-otherwise a number derived from the file name and serial (CRC-32, linear probing), which
-does not depend on load order.  A derived number is remembered per (file name, serial),
-as clusters are, so the indom keeps it when its writer restarts and while other files come
-and go.  Files sharing a cluster share its indoms.  Within one scan, a pair that packs
-without loss (cluster and serial below 2048) wins its number over a pair that overflows.
+otherwise a number derived from the file name and serial under the agent's secret
+(:func:`derived_indom`; linear probing), which does not depend on load order and which no
+other local user can predict from the name (issue 28 #7).  A derived number is remembered
+per (file name, serial), as clusters are, so the indom keeps it when its writer restarts
+and while other files come and go.  Files sharing a cluster share its indoms.  Within one
+scan, a pair that packs without loss (cluster and serial below 2048) wins its number over
+a pair that overflows.
 """
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Container
 from typing import Final
 
@@ -34,14 +36,27 @@ def packs(cluster: int, serial: int) -> bool:
     return cluster < 2048 and serial < 2048
 
 
-def derived_indom(name: str, serial: int) -> int:
+def derived_indom(name: str, serial: int, secret: bytes) -> int:
     """Where the search for a number of its own starts for indom ``serial`` of file
-    ``name``: the same for the same file and serial in every agent process (1..INDOM_MASK)."""
-    return zlib.crc32(f"{name}\0{serial}".encode("utf-8", "surrogateescape")) % INDOM_MASK + 1
+    ``name`` (1..INDOM_MASK): a keyed hash (BLAKE2b) of the name and serial under the
+    agent's ``secret`` (the registry's, :mod:`~.registry`), so that another user, knowing
+    a victim's file name, cannot fill the numbers its search tries (an unkeyed CRC-32 could
+    be computed and its window filled by a few files: issue 28 #7).  The same for the same
+    file and serial while the secret is the same (the registry's: across agent restarts)."""
+    digest = hashlib.blake2b(
+        f"{name}\0{serial}".encode("utf-8", "surrogateescape"), digest_size=8, key=secret
+    ).digest()
+    return int.from_bytes(digest, "little") % INDOM_MASK + 1
 
 
 def choose_indom(
-    name: str, cluster: int, serial: int, own: int | None, used: Container[int], wanted: set[int]
+    name: str,
+    cluster: int,
+    serial: int,
+    own: int | None,
+    used: Container[int],
+    wanted: set[int],
+    secret: bytes,
 ) -> int | None:
     """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster``: ``own``
     (the number it had before) when free, else C's number when free and not wanted by a
@@ -53,13 +68,13 @@ def choose_indom(
     number = c_indom(cluster, serial)
     if number and number not in used and (packs(cluster, serial) or number not in wanted):
         return number
-    start = derived_indom(name, serial) - 1
+    start = derived_indom(name, serial, secret) - 1
     for k in range(PROBES):
         number = (start + k) % INDOM_MASK + 1
         if number not in used and number not in wanted:
             return number
-    # PROBES numbers from the derived one are taken (files of another user can fill the
-    # window a name predicts, issue 28 #7): any free number, so that no file is refused
+    # PROBES numbers from the derived one are taken (only by chance, or by files filling
+    # much of the 4 million, issue 28 #7): any free number, so that no file is refused
     # for want of a serial while one is free; one wanted by a lossless pair last
     fallback = None
     for k in range(PROBES, INDOM_MASK):

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pmda_mmv.namespace.secret import read_secret, write_secret
+
 VERSION: Final = 1
 CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
@@ -111,6 +113,7 @@ class Registry:
         self.released = 0  # clusters no key holds any more (the catalogue's search restarts)
         self._lines: dict[Key, str] = {}  # each record's JSON line, until it changes
         self._capped = False  # the cap was reached (logged once)
+        self.secret, self._secret_saved = read_secret(None)  # random: saved with the registry
 
     # -- queries
 
@@ -267,6 +270,7 @@ class Registry:
         logged once and the registry starts empty (it is rewritten at the next save)."""
         if self.path is None:
             return
+        self.secret, self._secret_saved = read_secret(f"{self.path}.key")
         try:
             text = _read(self.path)
         except FileNotFoundError:
@@ -312,6 +316,9 @@ class Registry:
             finally:
                 os.close(fd)
             os.rename(tmp, self.path)
+            if not self._secret_saved:  # before the numbers it derived are served
+                write_secret(f"{self.path}.key", self.secret)
+                self._secret_saved = True
             dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 os.fsync(dfd)
