@@ -103,8 +103,10 @@ class Registry:
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
         self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
-        self.clusters: dict[int, set[Key]] = {}  # cluster -> keys holding it
-        self.serials: dict[int, set[Key]] = {}  # PCP indom serial -> keys holding it
+        # cluster -> keys holding it; PCP indom serial -> keys holding it (tuples: most
+        # numbers have one holder, and a set cost 216 bytes a number, a tuple 48)
+        self.clusters: dict[int, tuple[Key, ...]] = {}
+        self.serials: dict[int, tuple[Key, ...]] = {}
         self.dirty = False
         self.evictions: list[str] = []  # the last evictions, as logged (newest last)
         self.evicted = 0  # keys forgotten so far (cap and pool exhausted)
@@ -237,9 +239,9 @@ class Registry:
 
     def _link(self, key: Key, record: Record) -> None:
         for cluster in record.all_clusters():
-            self.clusters.setdefault(cluster, set()).add(key)
+            _add(self.clusters, cluster, key)
         for serial in record.indoms.values():
-            self.serials.setdefault(serial, set()).add(key)
+            _add(self.serials, serial, key)
 
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
         for cluster in record.all_clusters():  # its own and its spill clusters
@@ -384,14 +386,22 @@ def _read(path: str) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _drop(table: dict[int, set[Key]], number: int, key: Key) -> bool:
+def _add(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> None:
+    """``key`` holds ``number``."""
+    held = table.get(number, ())
+    if key not in held:
+        table[number] = (*held, key)
+
+
+def _drop(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> bool:
     """``key`` no longer holds ``number``; True when no key does."""
     held = table.get(number)
-    if held is not None:
-        held.discard(key)
-        if not held:
+    if held is not None and key in held:
+        rest = tuple(k for k in held if k != key)
+        if not rest:
             del table[number]
             return True
+        table[number] = rest
     return False
 
 
