@@ -57,6 +57,7 @@ class Options(ServingOptions):
     polling: bool = False
     notready: bool = False
     pmid_hash_reset: bool = True
+    containers: bool = False
 
 
 def add_serving_options(p: argparse.ArgumentParser) -> None:
@@ -239,6 +240,12 @@ def parser() -> argparse.ArgumentParser:
     )
     add_serving_options(p)
     p.add_argument(
+        "--containers",
+        action="store_true",
+        help="also serve the MMV directories inside containers' own filesystems, as "
+        "mmv.containers.<container>.*; the agent then stays root (docs/containers.md)",
+    )
+    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -250,6 +257,8 @@ def parse_args(argv: Sequence[str]) -> Options:
     """Parse the command line; exits 2 on usage errors (argparse)."""
     p = parser()
     a = p.parse_args(argv)
+    if a.containers and a.username:
+        p.error("--containers: the agent stays root to open containers' directories, no -U")
     return Options(
         **_fields(serving_options(p, a)),
         logfile=a.log or f"{a.prefix}.log",
@@ -260,4 +269,5 @@ def parse_args(argv: Sequence[str]) -> Options:
         polling=a.polling,
         notready=a.notready,
         pmid_hash_reset=a.pmid_hash_reset,
+        containers=a.containers,
     )

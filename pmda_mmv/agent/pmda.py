@@ -27,7 +27,7 @@ from pmda_mmv.agent.control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
 from pmda_mmv.agent.options import Options, families_for, parse_args, registry_path, scanner_for
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
-from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory import containers, fdlimit
 from pmda_mmv.directory.scanner import STARTUP_BUDGET, Changes
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
@@ -56,13 +56,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         path = registry_path(opts.registry, opts.domain, pmContext.pmGetConfig("PCP_VAR_DIR"))
         self.registry = Registry(path, opts.registry_cap, log=self.file_log)
         self.registry.load()  # before the first scan (and before set_user: read as started)
+        reserved = ("control", containers.SCOPE) if opts.containers else ("control",)
         self.catalogue = Catalogue(
-            opts.prefix, log=self.file_log, info=self.file_log.info, registry=self.registry
+            opts.prefix, reserved, self.file_log, info=self.file_log.info, registry=self.registry
         )
         self.families = families_for(self.catalogue, opts.families, self.file_log.info)
         self.scanner = scanner_for(
             directory, self.catalogue, opts, log=self.file_log, info=self.file_log.info
         )
+        if opts.containers:  # opened as root: the agent keeps it (docs/containers.md)
+            self.scanner.containers = containers.Containers(directory, log=self.file_log.info)
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
@@ -100,7 +103,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.log_line(f"-D {self.opts.debug}: not debug options libpcp accepts (pmdbg -l)")
         if self.pmid_hash.problem:
             self.log_line(self.pmid_hash.problem)
-        self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
+        if not self.opts.containers:  # --containers: stays root, as pmdaproc (containers.py)
+            self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
         # pmcd waits for a notready agent's first scan, answering "Try again": bounded too
         self._guard(self.refresh_metrics, None)(True, True, STARTUP_BUDGET)
         if self.opts.notready:

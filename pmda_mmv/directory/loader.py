@@ -103,9 +103,18 @@ class Loader:
         self._starved: set[str] = set()  # refused or partial for want of a resource
         self._writers = Writers(pidfd, clock=clock)
         self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
+        # containers/<name> -> its directory and labels (containers.py; names with a "/")
+        self.scopes: dict[str, tuple[str, dict[str, str]]] = {}
         self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: _consider)
         self.skip_bytes: int | None = None  # _consider leaves files this big for later
         self.skipped: list[str] = []  # the names _consider left for later (skip_bytes)
+
+    def _path(self, name: str) -> str:
+        """The path of entry ``name``: in the directory, or in a container's."""
+        scope, _, base = name.rpartition("/")
+        if not scope:
+            return self._prefix + name
+        return f"{self.scopes.get(scope, ('/nonexistent', {}))[0]}/{base}"
 
     def _forget(self, name: str) -> Changes:
         state = self.states.pop(name)
@@ -164,7 +173,7 @@ class Loader:
             if deadline is not None and i and self.clock() >= deadline:
                 stop = name
                 break
-            path = self._prefix + name
+            path = self._path(name)
             lst: os.stat_result | OSError
             try:
                 lst = os.lstat(path)
@@ -211,7 +220,7 @@ class Loader:
         size = lst.st_size
         if stat.S_ISLNK(lst.st_mode):
             try:
-                size = os.stat(self._prefix + state.name).st_size
+                size = os.stat(self._path(state.name)).st_size
             except OSError:
                 return False
         key = (lst.st_dev, lst.st_ino, lst.st_size, lst.st_mtime_ns)
@@ -257,7 +266,8 @@ class Loader:
         try:
             if isinstance(lst, OSError):
                 raise Skip(f"cannot stat: {lst.strerror}", None)
-            target, st = resolve(self.directory, path, lst, self.owners)
+            follow = "/" not in state.name  # a container's: no symlink (containers.py)
+            target, st = resolve(self.directory, path, lst, self.owners, follow)
         except Skip as skip:
             if skip.key is not None and skip.key == state.key:
                 return None
@@ -416,10 +426,12 @@ class Loader:
         if inode is not None:  # not through a symlink
             state.inode = inode
             self._inodes[inode] = state.name
+        labels = self.scopes.get(state.name.rpartition("/")[0], ("", {}))[1]
         if writer is not None:
             state.writer = writer
             self._writers.watch(state.name, writer)
-            _attribute(entry, writer.labels())
+            labels = {**writer.labels(), **labels}
+        _attribute(entry, labels)
         if entry.starved:
             self._starved.add(state.name)
         else:

@@ -19,11 +19,18 @@ class Skip(Exception):
 
 
 def resolve(
-    directory: str, path: str, lst: os.stat_result, owners: set[int] | None
+    directory: str,
+    path: str,
+    lst: os.stat_result,
+    owners: set[int] | None,
+    follow: bool = True,
 ) -> tuple[str, os.stat_result]:
     """The path to open for the entry ``path`` of ``directory`` (whose lstat is ``lst``)
-    and its stat; raises Skip for entries that are not read."""
+    and its stat; raises Skip for entries that are not read.  Without ``follow`` (a
+    container's directory, :mod:`~.containers`) no symlink is followed."""
     target, st = path, lst
+    if stat.S_ISLNK(lst.st_mode) and not follow:
+        raise Skip("symlink in a container's directory, not followed", key(lst))
     if stat.S_ISLNK(lst.st_mode):
         target = os.path.realpath(path)
         if os.path.dirname(target) != os.path.realpath(directory):

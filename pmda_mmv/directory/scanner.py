@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
+from pmda_mmv.directory.containers import Containers
 from pmda_mmv.directory.filestate import ALL, EXITED, NOT_READY_GRACE, PENDING, UNSEEN
 from pmda_mmv.directory.filestate import IGNORED as IGNORED  # the names check and the agent import
 from pmda_mmv.directory.filestate import NOT_READY as NOT_READY
@@ -134,6 +135,7 @@ class Scanner(Loader):
         self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
         self._heavy_turn = False  # this request, heavy files are not left for later
+        self.containers: Containers | None = None  # --containers (containers.py)
 
     # -- queries
 
@@ -211,6 +213,8 @@ class Scanner(Loader):
             changes.extend(self._rescan())
         else:
             changes.extend(self._enqueue(sorted((dirty - self._not_ready) | retry)))
+        if self.containers is not None:
+            changes.extend(self.containers.refresh(self, now, deadline, self.clock))
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
@@ -334,7 +338,7 @@ class Scanner(Loader):
                 return Changes()
             names = []
         changes = Changes()
-        for gone in sorted(set(self.states).difference(names)):
+        for gone in sorted(n for n in set(self.states).difference(names) if "/" not in n):
             changes.extend(self._forget(gone))
         # new names first: a new file is visible at the next request however many are known;
         # known names after (one renamed over them has a new stat), within the budget

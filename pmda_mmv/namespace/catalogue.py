@@ -366,7 +366,11 @@ class Catalogue:
         return next((f for f in self.files if f in files), None)  # the first added
 
     def _stem(self, mf: MmvFile) -> str:
-        return self.prefix if mf.header.noprefix else f"{self.prefix}.{mf.name}"
+        """``<prefix>.<file>``; a container's file (``containers/<name>/<file>``, with
+        NOPREFIX too) stays under ``<prefix>.containers.<name>``."""
+        scope, _, name = mf.name.rpartition("/")
+        top = f"{self.prefix}.{scope.replace('/', '.')}" if scope else self.prefix
+        return top if mf.header.noprefix else f"{top}.{name}"
 
     def instances(self, serial: int) -> list[Instance]:
         """Instances of PCP indom ``serial`` over every file serving it, in file-name order;
@@ -382,8 +386,12 @@ class Catalogue:
 
     # -- names
 
-    def name_conflict(self, name: str, family: str | None = None) -> str | None:
-        """Why ``name`` cannot be added now (by ``family``, else by a file), or None."""
+    def name_conflict(self, name: str, family: str | None = None, scope: str = "") -> str | None:
+        """Why ``name`` cannot be added now (by ``family``, else by a file), or None; a name
+        under the file's own ``scope`` (a container's, :meth:`_stem`) is not under a
+        reserved subtree."""
+        if scope and name.startswith(f"{self.prefix}.{scope.replace('/', '.')}."):
+            return self.tree.conflict(name)
         for reserved in self.reserved:
             if name == reserved or name.startswith(reserved + "."):
                 return f"{name} is reserved for the agent"
@@ -443,7 +451,7 @@ class Catalogue:
         if mf.name in self.files:
             self.remove(mf.name)
         self.starved = False
-        why = name_problem(mf.name)
+        why = name_problem(mf.name.replace("/", "."))
         if why and not mf.header.noprefix:
             return self._refuse_file(
                 f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
@@ -613,7 +621,7 @@ class Catalogue:
             if shared and not _same_metric(shared[0], name, metric):
                 why: str | None = f"item {metric.item} is {shared[0].name} in this cluster"
             else:
-                why = None if shared else self.name_conflict(name)
+                why = None if shared else self.name_conflict(name, scope=mf.name.rpartition("/")[0])
             if why:
                 self._refuse(entry, f"metrics at offset {metric.offset}: {why}, metric not served")
                 continue
