@@ -10,7 +10,13 @@ is served by both, one pmFetch of the N files' metrics goes to each agent round 
 the ratio container / host (the liveness work is one epoll_wait per request whatever the
 writers' namespaces, so it should be 1).
 
-    .venv/bin/python benchmarks/containers.py [--writers N] [--seconds S]
+With ``--own-dirs`` each container writer has a mount namespace of its own too, with a
+private tmpfs over its ``/var/lib/pcp/tmp``, and writes into its own ``mmv`` directory
+there; the ``container`` agent runs with ``--containers`` and serves them as
+``mmv.containers.<container>.wNNN.alive`` (the ``host`` agent as before, without the
+option): the cost of ``--containers`` with N containers on the fetch path.
+
+    .venv/bin/python benchmarks/containers.py [--writers N] [--seconds S] [--own-dirs]
 """
 
 from __future__ import annotations
@@ -41,6 +47,33 @@ NAMESPACED = Path(__file__).resolve().parents[1] / "tests" / "writers" / "namesp
 PYTHON = "/usr/bin/python3"  # python3-pcp's
 WARMUP = 2.0
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+TMP = "/var/lib/pcp/tmp"  # the containers' PCP_TMP_DIR (the host's /etc/pcp.conf)
+
+
+def start_containers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
+    """N containers with an mmv directory of their own (--own-dirs): their processes and
+    the names of their files' metric."""
+    from pmda_mmv.liveness import cgroup_of, container_of
+
+    procs, names = [], []
+    script = f"mount -t tmpfs tmpfs {TMP} && mkdir {TMP}/mmv && exec {PYTHON} {NAMESPACED}"
+    for k in range(count):
+        cmd = [*UNSHARE, "--mount", "sh", "-c", script]
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdin is not None
+        p.stdin.write(f"write {TMP}/mmv/w{k:03d} 1 {100 + k}\n")
+        p.stdin.flush()
+        procs.append(p)
+    for k, p in enumerate(procs):
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"container {k} did not start: {line!r}")
+        ident = container_of(cgroup_of("/proc", p.pid))
+        ns = os.stat(f"/proc/{p.pid}/ns/mnt").st_ino
+        name = f"c{ident[:12]}" if len(ident) == 64 else f"mnt{ns}"
+        names.append(f"mmv.containers.{name}.w{k:03d}.alive")
+    return procs, names
 
 
 def start_writers(mmv_dir: Path, count: int, nested: bool) -> list[subprocess.Popen[str]]:
@@ -69,18 +102,25 @@ def stop_writers(procs: list[subprocess.Popen[str]]) -> None:
         p.wait(30)
 
 
-def run(count: int, seconds: float, workdir: Path) -> dict[str, Any]:
-    names = [f"mmv.w{k:03d}.alive" for k in range(count)]
+def run(count: int, seconds: float, workdir: Path, own_dirs: bool = False) -> dict[str, Any]:
+    names = {k: [f"mmv.w{i:03d}.alive" for i in range(count)] for k in ("host", "container")}
     pmcds: dict[str, PrivatePmcd] = {}
     clients: dict[str, Client] = {}
     writers: list[subprocess.Popen[str]] = []
     try:
         for key in ("host", "container"):
             mmv_dir = make_dir(workdir / key / "tmp" / "mmv")
-            writers += start_writers(mmv_dir, count, key == "container")
+            args: tuple[str, ...] = ()
+            if key == "container" and own_dirs:
+                started, names[key] = start_containers(count)
+                writers += started
+                args = ("--containers",)
+            else:
+                writers += start_writers(mmv_dir, count, key == "container")
             # this checkout's package, whatever else is installed (a system-wide pmda_mmv
             # would shadow the venv's editable install)
-            spec = dataclasses.replace(our_agent(mmv_dir), env={"PYTHONPATH": str(REPO)})
+            spec = our_agent(mmv_dir, *args)
+            spec = dataclasses.replace(spec, env={"PYTHONPATH": str(REPO)})
             pmcds[key] = agents.start(workdir / key / "pmcd", spec)
             clients[key] = Client(key, pmcds[key].host)
         pmids: dict[str, Any] = {}
@@ -88,7 +128,7 @@ def run(count: int, seconds: float, workdir: Path) -> dict[str, Any]:
         while len(pmids) < len(clients):
             for key, c in clients.items():
                 if key not in pmids:
-                    got = c.try_lookup(names)
+                    got = c.try_lookup(names[key])
                     if got is not None:
                         pmids[key] = got
             if time.monotonic() > deadline:
@@ -112,7 +152,7 @@ def run(count: int, seconds: float, workdir: Path) -> dict[str, Any]:
                     )
                 if measuring:
                     samples[key].append(t)
-        labels = pmcds["container"].run("pminfo", "-l", names[0]).stdout
+        labels = pmcds["container"].run("pminfo", "-l", names["container"][0]).stdout
         if '"container":' not in labels:  # the agent found the writers in their namespaces
             raise RuntimeError(f"container writers' files without a container label: {labels}")
     finally:
@@ -138,12 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--writers", type=int, default=100, help="writers per agent (default 100)")
     p.add_argument("--seconds", type=float, default=10.0, help="measured time (default 10)")
-    p.add_argument("--out", type=Path, default=RESULTS / "containers.json")
+    p.add_argument(
+        "--own-dirs",
+        action="store_true",
+        help="container writers in mount namespaces of their own, served by --containers",
+    )
+    p.add_argument("--out", type=Path, default=None, help="default results/containers.json")
     a = p.parse_args(argv)
+    out = a.out or RESULTS / ("containers-own-dirs.json" if a.own_dirs else "containers.json")
     workdir = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-containers-", dir="/tmp")))
     load = [round(x, 2) for x in os.getloadavg()]
     try:
-        results = run(a.writers, a.seconds, workdir)
+        results = run(a.writers, a.seconds, workdir, a.own_dirs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     doc = {
@@ -152,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
             ["benchmarks/containers.py", *(sys.argv[1:] if argv is None else argv)]
         ),
         "writers": a.writers,
+        "own_dirs": a.own_dirs,
         "seconds": a.seconds,
         "load": load,
         "results": results,
     }
-    make_dir(a.out.parent)
-    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    make_dir(out.parent)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     h, c = results["host"], results["container"]
     print(f"{'writers':<10} {'fetches':>8} {'mean ms':>9} {'median ms':>10}")
     for key, r in (("host", h), ("container", c)):

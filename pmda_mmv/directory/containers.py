@@ -45,6 +45,9 @@ SCOPE: Final = "containers"
 """The subtree of the namespace (``mmv.containers``) and the head of the scanner's names."""
 WALK_INTERVAL: Final = 5.0  # seconds between two walks of /proc for new mount namespaces
 WALK_STEP: Final = 64  # processes read between two looks at the clock
+LIST_INTERVAL: Final = 0.05
+"""Seconds between two looks (fstat) at the containers' directories: a request between
+two costs one epoll_wait (the pidfds) and nothing per container."""
 DEFAULT_TMP: Final = "/var/lib/pcp/tmp"
 PCP_CONF: Final = "/etc/pcp.conf"
 MAX_CONF: Final = 1 << 16  # bytes of a container's pcp.conf read, at most
@@ -151,7 +154,7 @@ class Containers:
         self.by_pidfd: dict[int, Container] = {}
         self.walks = 0  # walks of /proc completed (tests: bounded)
         self._epoll = select.epoll()
-        self._next_walk = float("-inf")
+        self._next_walk = self._next_list = float("-inf")
         self._walking: list[str] | None = None  # /proc entries the walk has still to read
         self._seen: dict[int, list[int]] = {}  # mount namespace -> its processes (walk)
 
@@ -172,8 +175,10 @@ class Containers:
             self._walking, self._next_walk = None, now + self.interval
             self.walks += 1
             changes.extend(self._settle(host))
-        for c in list(self.by_ns.values()):
-            changes.extend(self._list(host, c))
+        if now >= self._next_list:
+            self._next_list = now + LIST_INTERVAL
+            for c in list(self.by_ns.values()):
+                changes.extend(self._list(host, c))
         return changes
 
     def _walk(self, deadline: float | None, clock: Callable[[], float]) -> bool:
@@ -230,6 +235,7 @@ class Containers:
             self.by_ns[ns], self.by_pidfd[pidfd] = c, c
             self._epoll.register(pidfd, select.EPOLLIN)
             host.scopes[c.scope] = (c.path, c.labels)
+            self._next_list = float("-inf")  # listed at once
             self.log(f"{c.scope}: serving the MMV directory of mount namespace {ns} (PID {pid})")
             return
 
