@@ -11,7 +11,10 @@ import pytest
 
 from pmda_mmv.directory.containers import WALK_STEP, Containers, open_beneath, tmp_dir
 from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
+from tests import mmvbuild
 
 
 def test_open_beneath_never_follows_a_symlink_nor_dotdot(tmp_path: Path) -> None:
@@ -85,3 +88,31 @@ def test_the_walk_of_proc_is_cut_by_the_budget_and_resumes(tmp_path: Path) -> No
     c.refresh(scanner, 5.0, deadline=None, clock=lambda: 0.0)
     assert c.walks == 2
     c.close()
+
+
+def test_container_names_never_collide_with_host_names(tmp_path: Path) -> None:
+    """With --containers the subtree mmv.containers is the containers' alone: a host file
+    named ``containers``, or a host NOPREFIX metric under it, is refused; a container's
+    file (NOPREFIX too) is served under its own container's node; the registry keys a
+    container's file by a name no host file can have."""
+    cat = Catalogue(reserved=("control", "containers"))
+
+    def load(name: str, metric: str = "v", flags: int = 0) -> MmvFile:
+        path = tmp_path / name.replace("/", "_")
+        mmvbuild.publish(path, mmvbuild.single(cluster=7, name=metric, flags=flags))
+        return MmvFile.open(str(path), name=name)
+
+    for host in (load("containers"), load("np", "containers.c1.app.v", layout.FLAG_NOPREFIX)):
+        entry = cat.add(host)  # mmv.containers.v, mmv.containers.c1.app.v: none served
+        assert entry is not None and not entry.metrics, host.name
+        assert "is reserved for the agent" in entry.problems[0]
+        cat.remove(host.name)  # the loader refuses a file with no metric served
+    assert cat.add(load("app")) is not None  # the host's app, cluster 7
+    own = cat.add(load("containers/c1/app"))
+    bare = cat.add(load("containers/c1/bare", "w", layout.FLAG_NOPREFIX))
+    assert own is not None and bare is not None
+    assert [m.name for m in own.metrics] == ["mmv.containers.c1.app.v"]
+    assert [m.name for m in bare.metrics] == ["mmv.containers.c1.w"]
+    assert own.cluster != 7  # the host's "app" asked for 7 first and has it
+    assert cat.registry.get(("containers/c1/app", os.getuid())) is not None
+    assert cat.registry.get(("app", os.getuid())) is not None  # apart from the host's

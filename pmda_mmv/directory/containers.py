@@ -149,6 +149,8 @@ class Containers:
         self.interval = interval
         self.log = log or (lambda line: None)
         self.own_ns = os.stat(f"{proc}/self/ns/mnt").st_ino
+        if os.geteuid() != 0:  # ptrace read access: only to this user's processes
+            self.log("--containers: not root: only this user's processes' containers are seen")
         self.directory = directory
         self.by_ns: dict[int, Container] = {}
         self.by_pidfd: dict[int, Container] = {}
