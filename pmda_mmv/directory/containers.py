@@ -8,7 +8,7 @@ not seen before it opens ``/proc/<pid>/root`` and, from that directory, the cont
 component at a time with ``O_NOFOLLOW | O_DIRECTORY``: a symlink anywhere on the way is
 refused, so the path never leaves the container's root.  The descriptor of that directory
 is kept; its files are read through ``/proc/self/fd/<fd>/<name>`` (one component below it,
-opened ``O_NOFOLLOW``), and a symlink in it is never followed (:func:`~.dirpolicy.resolve`
+opened ``O_NOFOLLOW``), and a symlink in it is never followed (:func:`~.policy.resolve`
 with ``follow=False``): nothing of the host is reachable through a container's directory.
 A directory that is the agent's own, or the one the agent's namespace has at the same path
 (a bind mount, a service's private ``/tmp``), is not a container's.
