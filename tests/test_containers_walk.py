@@ -71,7 +71,7 @@ def fake_proc(base: Path, processes: int) -> Path:
 def test_the_walk_of_proc_is_cut_by_the_budget_and_resumes(tmp_path: Path) -> None:
     """Past the deadline a request reads WALK_STEP processes and the walk resumes at the
     next; one walk, then none until the interval has passed."""
-    processes = 1000
+    processes = 5000
     proc = fake_proc(tmp_path, processes)
     (tmp_path / "mmv").mkdir()
     scanner = Scanner(str(tmp_path / "mmv"), Catalogue())
