@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from pmda_mmv.agent.options import parse_args
 from pmda_mmv.directory.containers import WALK_STEP, Containers, open_beneath, tmp_dir
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests import mmvbuild
+from tests.test_family_rules import World, _changes, member
 
 
 def test_open_beneath_never_follows_a_symlink_nor_dotdot(tmp_path: Path) -> None:
@@ -116,3 +118,37 @@ def test_container_names_never_collide_with_host_names(tmp_path: Path) -> None:
     assert own.cluster != 7  # the host's "app" asked for 7 first and has it
     assert cat.registry.get(("containers/c1/app", os.getuid())) is not None
     assert cat.registry.get(("app", os.getuid())) is not None  # apart from the host's
+
+
+def test_a_containers_file_never_joins_a_host_family(tmp_path: Path) -> None:
+    """--family websrv='*' matches every file name, but a container's files
+    (containers/<container>/<file>) are kept apart: only the host member is summed."""
+    w = World(tmp_path, "websrv=*")
+    w.add("w1", member(requests=(3, 4)))
+    path = tmp_path / "c-w2"
+    member(requests=(100, 200)).write(path)
+    os.chown(path, 0, 0)
+    entry = w.cat.add(MmvFile.open(str(path), name="containers/c1/w2"))
+    assert entry is not None and entry.metrics  # served, under its own name
+    w.apply(_changes(added=[entry]))
+    assert "containers/c1/w2" not in w.families.of_file
+    assert w.fetch("requests") == {0: 3, 1: 4}
+
+
+@pytest.mark.parametrize(
+    "argv, why",
+    [
+        (["--containers", "-U", "pcp"], "no -U"),
+        (["--containers", "--family", "containers=*"], "no family of that name"),
+    ],
+)
+def test_containers_option_refuses_what_would_undo_it(
+    argv: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-U would drop the privilege --containers needs; a family named containers would take
+    the containers' subtree."""
+    assert parse_args(["--containers"]).containers
+    with pytest.raises(SystemExit) as done:
+        parse_args(argv)
+    assert done.value.code == 2
+    assert why in capsys.readouterr().err

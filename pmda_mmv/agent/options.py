@@ -259,6 +259,8 @@ def parse_args(argv: Sequence[str]) -> Options:
     a = p.parse_args(argv)
     if a.containers and a.username:
         p.error("--containers: the agent stays root to open containers' directories, no -U")
+    if a.containers and any(f.partition("=")[0] == "containers" for f in a.family):
+        p.error("--containers: mmv.containers is the containers' subtree, no family of that name")
     return Options(
         **_fields(serving_options(p, a)),
         logfile=a.log or f"{a.prefix}.log",

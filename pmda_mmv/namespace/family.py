@@ -142,6 +142,8 @@ class Families:
 
     def join(self, entry: FileEntry) -> None:
         """A file is served: it joins the family its name matches, or is left out."""
+        if "/" in entry.name:  # a container's file (--containers): never in a host family
+            return
         fam = next((f for f in self.families if fnmatch.fnmatchcase(entry.name, f.spec.glob)), None)
         if fam is None:
             return
