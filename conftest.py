@@ -1,3 +1,3 @@
 """Root pytest configuration: fixture modules shared by every test file are plugins here."""
 
-pytest_plugins = ["tests.pmcd", "tests.ci", "pytester"]
+pytest_plugins = ["tests.support.pmcd", "tests.support.ci", "pytester"]

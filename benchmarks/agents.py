@@ -1,8 +1,8 @@
-"""The agents under test, each in a private pmcd of its own (tests/pmcd.py PrivatePmcd).
+"""The agents under test, each in a private pmcd of its own (tests/support/pmcd.py PrivatePmcd).
 
-* ``c``: PCP's C pmdammv (the reference), :func:`tests.pmcd.c_agent` (it runs as
+* ``c``: PCP's C pmdammv (the reference), :func:`tests.support.pmcd.c_agent` (it runs as
   ``pmdammv-reference``, out of reach of PCP's Install/Remove scripts run elsewhere).
-* ``ours``: pmda-mmv from this checkout, :func:`tests.pmcd.our_agent`.
+* ``ours``: pmda-mmv from this checkout, :func:`tests.support.pmcd.our_agent`.
 * ``floor``: ``pmdafloor.c`` (built here with gcc), a C PMDA whose fetch does no work.
 * ``pyfloor``: ``pyfloor.py``, a python3-pcp PMDA whose fetch callback does no work.
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.writer import Shape
-from tests.pmcd import AgentSpec, PrivatePmcd, make_dir
+from tests.support.pmcd import AgentSpec, PrivatePmcd, make_dir
 
 HERE = Path(__file__).resolve().parent
 LABELS = {

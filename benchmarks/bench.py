@@ -1,6 +1,6 @@
 """The pmda-mmv benchmark suite: ``benchmarks/run [--quick]`` (see benchmarks/README.md).
 
-Starts private pmcds (tests/pmcd.py), one per agent: PCP's C pmdammv, pmda-mmv, a C PMDA
+Starts private pmcds (tests/support/pmcd.py), one per agent: PCP's C pmdammv, pmda-mmv, a C PMDA
 whose fetch does no work and a python3-pcp PMDA whose fetch does no work, all serving the
 same MMV files written by libpcp_mmv.  Measures from this process with the PMAPI
 (python3-pcp pmContext): full fetches, new-file latency, rescan and startup cost, RSS; then
@@ -29,7 +29,7 @@ if str(CHECKOUT) not in sys.path:
 
 from benchmarks import report  # noqa: E402
 from benchmarks.phases import RESULTS, Bench, Plan, log  # noqa: E402
-from tests.pmcd import make_dir  # noqa: E402
+from tests.support.pmcd import make_dir  # noqa: E402
 
 FULL = Plan(
     mode="full",

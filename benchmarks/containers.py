@@ -2,7 +2,7 @@
 
 Two private pmcds, each with pmda-mmv over a directory of N (default 100) MMV_FLAG_PROCESS
 files, each file written by its own python3-pcp ``pcp.mmv`` process
-(tests/writers/namespaced.py): on the host (``host``), or each in a PID namespace of its own
+(tests/support/writers/namespaced.py): on the host (``host``), or each in a PID namespace of its own
 at PID 1 (``unshare --pid --fork --mount-proc``, ``container``: the agent finds the writer
 by NSpid, follows it through a pidfd and labels its file with its cgroup).  Once every file
 is served by both, one pmFetch of the N files' metrics goes to each agent round robin for
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import agents
 from benchmarks.client import Client
-from tests.pmcd import PrivatePmcd, make_dir, our_agent
+from tests.support.pmcd import PrivatePmcd, make_dir, our_agent
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]

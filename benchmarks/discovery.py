@@ -31,7 +31,7 @@ from pmda_mmv.namespace.catalogue import Catalogue
 
 
 def write(directory: Path, count: int) -> None:
-    from tests.writers.libpcp_mmv import Registry, library
+    from tests.support.writers.libpcp_mmv import Registry, library
 
     lib = library()
     for k in range(count):

@@ -1,9 +1,9 @@
 """A good file's fetch time beside each hostile population (issue 17), C pmdammv against
 pmda-mmv in the same run, both under pmcd's default agent timeout (5 s).
 
-Two private pmcds (tests/pmcd.py, no ``-t``), one per agent, each serving its own directory
+Two private pmcds (tests/support/pmcd.py, no ``-t``), one per agent, each serving its own directory
 with a live python3-pcp ``pcp.mmv`` writer (``good``).  For each population of
-tests/hostile.py (the sizes of tests/test_bounded.py), the same files go into both
+tests/support/hostile.py (the sizes of tests/system/test_bounded.py), the same files go into both
 directories; then, alternating between the agents, ``--fetches`` timed pmFetch calls of the
 good counter, each after writing a new value, each checked.  Printed per population and
 agent: the first fetch (it loads the population), the median and the maximum of the others,
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cpmapi as c_api
 from pcp.pmapi import pmContext, pmErr
 
-from tests import hostile, mmvbuild
-from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
+from tests.support import hostile, mmvbuild
+from tests.support.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
 
 GOOD = "mmv.good.py.counter"
 

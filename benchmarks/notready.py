@@ -4,7 +4,7 @@ without them, per agent, in one run (issue 14: at most 1.2x for pmda-mmv).
 One private pmcd per (agent, directory): pmda-mmv and the C pmdammv, each over a directory
 holding only the good file (``clean``) and over one holding it plus N files that never
 become ready (``waiting``: a third each empty, generation 0, and g1 != g2, built with
-tests/mmvbuild.py).  The good file is libpcp_mmv's (benchmarks/writer.py, 10 metrics x 100
+tests/support/mmvbuild.py).  The good file is libpcp_mmv's (benchmarks/writer.py, 10 metrics x 100
 instances).  After a warm-up long enough for pmda-mmv's backoff to reach its longest delay,
 fetches go round robin across the agents for ``--seconds``; the figure is the mean fetch
 time (it includes the requests that pay for retries) and the median, and the ratio
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import agents
 from benchmarks.client import Client
 from benchmarks.writer import Shape, Writer
-from tests import mmvbuild
-from tests.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent
+from tests.support import mmvbuild
+from tests.support.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent
 
 GOOD = Shape("good", 10, 100, 1)
 WARMUP = 8.0  # seconds: pmda-mmv's backoff reaches its 4 s delay after 6.35 s

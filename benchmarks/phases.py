@@ -26,7 +26,7 @@ import psutil
 from benchmarks import agents, pyspy, report
 from benchmarks.client import Client, median_ms, poll
 from benchmarks.writer import Shape, Writer
-from tests.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent
+from tests.support.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent
 
 FETCH_SHAPES = {
     "1k": Shape("s1k", 10, 100, 1),

@@ -1,5 +1,5 @@
 """The benchmark's MMV files, written by libpcp_mmv (its registry API, through the tree's
-one binding, tests/writers/libpcp_mmv.py).
+one binding, tests/support/writers/libpcp_mmv.py).
 
 A :class:`Shape` is ``metrics`` x ``instances`` values over one indom, as the C floor agent
 (``pmdafloor.c``) serves them: metric ``mNNN`` is item NNN, U64 counter when NNN is even,
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pmda_mmv.mmvfile import layout
-from tests.writers.libpcp_mmv import Mapping, Registry, library
+from tests.support.writers.libpcp_mmv import Mapping, Registry, library
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def expected_double(j: int, i: int) -> float:
 
 
 class Writer:
-    """libpcp_mmv (:mod:`tests.writers.libpcp_mmv`), loaded once.  :meth:`write` creates one
+    """libpcp_mmv (:mod:`tests.support.writers.libpcp_mmv`), loaded once.  :meth:`write` creates one
     complete file and returns the time (``time.perf_counter``) at which the writer finished
     it."""
 

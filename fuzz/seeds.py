@@ -1,8 +1,8 @@
 """Write the seed corpus of the reader fuzzer into OUTDIR.
 
-Seeds: the byte builder's valid samples (tests/mmvbuild.sample, versions 1 to 3, with and
+Seeds: the byte builder's valid samples (tests/support/mmvbuild.sample, versions 1 to 3, with and
 without labels, NOPREFIX and SENTINEL) and the files of the project's real-writer corpus
-(tests/writers: libpcp_mmv, pcp.mmv, PCP::MMV, the pcp-testsuite captures) up to
+(tests/support/writers: libpcp_mmv, pcp.mmv, PCP::MMV, the pcp-testsuite captures) up to
 ``--max-size`` bytes, so that mutations start from files that pass the header checks.
 
     .venv/bin/python fuzz/seeds.py OUTDIR [--max-size BYTES]
@@ -20,8 +20,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
 from pmda_mmv.mmvfile import layout  # noqa: E402
-from tests import mmvbuild  # noqa: E402
-from tests.writers.corpus import write_corpus  # noqa: E402
+from tests.support import mmvbuild  # noqa: E402
+from tests.support.writers.corpus import write_corpus  # noqa: E402
 
 
 def builder_seeds() -> dict[str, bytes]:

@@ -1,7 +1,7 @@
 """The fuzz oracle: what must hold for *any* bytes handed to the reader and catalogue.
 
 Shared by the atheris target (``fuzz/fuzz_reader.py``) and the bounded hypothesis run in CI
-(``tests/test_hardening.py``).  :func:`check_bytes` writes the bytes to a file and runs
+(``tests/system/test_hardening.py``).  :func:`check_bytes` writes the bytes to a file and runs
 :func:`check_file`, which raises :class:`Finding` (or lets any other exception escape) when
 the reader or the catalogue misbehaves.  Only :class:`~pmda_mmv.mmvfile.reader.MmvError` subclasses
 may come out of the reader; everything the agent would hand to python3-pcp must be
@@ -164,7 +164,7 @@ _COMPANION: list[str] = []
 def _companion() -> str:
     """A valid file (the byte builder's version 3 sample) beside the fuzzed one."""
     if not _COMPANION:
-        from tests.mmvbuild import sample
+        from tests.support.mmvbuild import sample
 
         fd, path = tempfile.mkstemp(prefix="companion-", dir=_SHM)
         os.write(fd, bytes(sample(3).build().data))

@@ -29,8 +29,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
 from pmda_mmv.mmvfile import layout  # noqa: E402
-from tests.mmvbuild import Metric, MmvBuilder, Value  # noqa: E402
-from tests.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
+from tests.support.mmvbuild import Metric, MmvBuilder, Value  # noqa: E402
+from tests.support.pmcd import PrivatePmcd, make_dir, our_agent  # noqa: E402
 
 
 def big_file(path: Path, n: int) -> int:

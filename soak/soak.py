@@ -3,7 +3,7 @@
     soak/run [--minutes 10] [--procs 5] [--slots 20] [--permanent 2] [--keep]
              [--sighup SECONDS] [--agent ours|c]
 
-Steps: start a private pmcd (tests/pmcd.py) with pmda-mmv serving its own MMV directory;
+Steps: start a private pmcd (tests/support/pmcd.py) with pmda-mmv serving its own MMV directory;
 start ``--procs`` writer processes (soak/writer.py, python3-pcp ``pcp.mmv`` on libpcp_mmv)
 of ``--slots`` writers each, ``--permanent`` of which keep one file for the whole run; fetch
 until the permanent files are served and sample the agent (open descriptors, mappings in
@@ -39,7 +39,7 @@ import psutil
 CHECKOUT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(CHECKOUT))
 
-from tests.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent  # noqa: E402
+from tests.support.pmcd import AgentSpec, PrivatePmcd, c_agent, make_dir, our_agent  # noqa: E402
 
 FD_SLACK = 2  # descriptors: the directory watch may be re-armed
 MAPS_SLACK = 8  # mappings: late imports, the allocator's arenas

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests import mmvbuild
-from tests.writers import cases, reference
-from tests.writers.corpus import write_corpus
+from tests.support import mmvbuild
+from tests.support.writers import cases, reference
+from tests.support.writers.corpus import write_corpus
 
 # ==== reader / check / dump fixtures (issue 2: test_reader*.py, test_inspect.py) ==========
 
 
 @pytest.fixture(scope="session")
 def mmv_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real-writer corpus (:mod:`tests.writers`: libpcp_mmv, pcp.mmv, PCP::MMV and the
+    """The real-writer corpus (:mod:`tests.support.writers`: libpcp_mmv, pcp.mmv, PCP::MMV and the
     pcp-testsuite captures), each case with the C reference's mmvdump and pminfo output."""
     out = tmp_path_factory.mktemp("corpus")
     write_corpus(out)

@@ -1,7 +1,7 @@
 """The command line of ``pmda-mmv pmda`` (the agent pmcd runs): :class:`Options`.
 
 The C agent's options (``-D``, ``-d``, ``-l``, ``-U``) plus ours.  No PCP import: parsed
-(and tested, ``tests/test_cli.py``) without python3-pcp.
+(and tested, ``tests/unit/test_cli.py``) without python3-pcp.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the files' snapshots and the values built from them.  It also answers label requ
 serves the agent's own metrics (``<prefix>.control.*``, defined in :mod:`.control`).
 Registering PMIDs and indoms with python3-pcp is the glue's part; this module says which
 ones changed (:meth:`Serving.apply`) and what they are.  No ``pcp`` import: it is tested
-without pmcd (``tests/test_serving.py``), like the catalogue.
+without pmcd (``tests/unit/agent/test_serving.py``), like the catalogue.
 
 Keys: a PMID is ``(cluster, item)``, packed as ``(cluster << 10) | item``
 (:func:`key`); instance ids are unsigned, as pmcd hands them to python3-pcp callbacks
@@ -45,8 +45,8 @@ Table = Callable[[], "Built | None"]
 """A PMID's table builder: (values, other results) by instance id, or None when no file
 serving it has a snapshot in this fetch (PM_ERR_AGAIN)."""
 
-# -- the PCP numbers this model answers with (pmapi.h; tests/test_serving.py compares them
-#    with python3-pcp's cpmapi)
+# -- the PCP numbers this model answers with (pmapi.h; tests/unit/agent/test_serving.py
+#    compares them with python3-pcp's cpmapi)
 PM_ERR_PMID: Final = -12358
 PM_ERR_AGAIN: Final = -12389
 PM_ERR_VALUE: Final = -12351

@@ -1,3 +1,0 @@
-"""Fleet-scale test parts (issue 8): a libpcp_mmv writer with labels at every level, and
-private runs of Redis, pmproxy, pmlogger and pmseries for tests/test_fleet.py and
-tests/test_pmproxy_variant.py."""

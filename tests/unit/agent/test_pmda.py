@@ -1,0 +1,170 @@
+"""The glue (pmda_mmv.agent.pmda) and its python3-pcp adapter (pmda_mmv.agent.pcpcompat),
+imported and
+constructed without pmcd: python3-pcp's generation mode (PCP_PYTHON_DOMAIN, as pmdaproc.sh
+runs an agent at Install time) builds the agent and exits before any handshake."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parents[3]
+PACKAGE = CHECKOUT / "pmda_mmv"
+
+
+def agent_output(script: str, tmp_path: Path) -> list[str]:
+    """The lines ``script`` prints, run with an ``agent`` (MmvPMDA over tmp_path) built in
+    generation mode; the script must succeed."""
+    prologue = (
+        "from pmda_mmv.agent.options import parse_args\n"
+        "from pmda_mmv.agent.pmda import MmvPMDA\n"
+        f"agent = MmvPMDA(parse_args(['--dir', {str(tmp_path)!r}, '--status-metrics']))\n"
+        "logged = []\n"
+        "agent.file_log.sink = logged.append\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", prologue + script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+        env={**os.environ, "PCP_PYTHON_DOMAIN": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_failing_callback_logs_its_name(tmp_path: Path) -> None:
+    """Regression: the label callbacks were lambdas, so a failure logged "<lambda>: ...";
+    each callback is a named method and its failure names it (and answers the fallback)."""
+    script = (
+        "def broken(*args):\n"
+        "    raise ValueError('boom')\n"
+        "agent.model.label = agent.model.instance_label = broken\n"
+        "for name in ('label_callback', 'notes_callback', 'instance_label_callback',\n"
+        "             'instance_notes_callback'):\n"
+        "    assert agent._guard(getattr(agent, name), '{}')(1, 2) == '{}'\n"
+        "print('\\n'.join(logged))\n"
+    )
+    assert agent_output(script, tmp_path) == [
+        f"{name}: ValueError: boom"
+        for name in (
+            "label_callback",
+            "notes_callback",
+            "instance_label_callback",
+            "instance_notes_callback",
+        )
+    ]
+
+
+def test_the_agent_serves_its_own_metrics_before_any_file(tmp_path: Path) -> None:
+    script = (
+        "print(sorted(agent.pmda_metrics))\n"
+        "fetch = agent.model.fetcher()\n"
+        "agent.prefetch()\n"
+        "print(fetch(0, 2, 0xFFFFFFFF), fetch(0, 3, 0xFFFFFFFF))\n"
+    )
+    names, values = agent_output(script, tmp_path)
+    assert "'mmv.control.reload'" in names and "'mmv.control.file.state'" in names
+    assert values == "[0, 1] [0, 1]"  # control.files, control.metrics
+
+
+def test_python3_pcp_private_attributes_are_touched_in_pcpcompat_only() -> None:
+    """python3-pcp's MetricDispatch/PMDA private tables (``_metric_oneline``, ``_indoms``
+    ...) and the pmidhash workaround are reached through pcpcompat alone."""
+    private = re.compile(r"\._(metric|indom|metrics|indoms|pmid|units)\w*\b")
+    for path in sorted(PACKAGE.glob("*.py")):
+        text = path.read_text()
+        if path.name != "pcpcompat.py":
+            assert not private.search(text), (path.name, private.search(text))
+        if path.name not in ("pcpcompat.py", "pmidhash.py"):
+            assert "pmidhash" not in re.sub(r'""".*?"""|#.*', "", text, flags=re.S), path.name
+
+
+@pytest.mark.parametrize("module", ["agent.serving", "agent.control", "agent.options"])
+def test_the_serving_model_needs_no_pcp(module: str) -> None:
+    script = (
+        "import sys\n"
+        "for name in ('pcp', 'cpmapi', 'cpmda', 'cpmi'):\n"
+        "    sys.modules[name] = None  # any import of them fails\n"
+        f"import pmda_mmv.{module}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=CHECKOUT
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_status_indom_makes_one_instid_per_new_file(tmp_path: Path) -> None:
+    """Regression: every state change built a pmdaInstid for every file known (50,000
+    files: 250,000 constructions over 5 requests); each file's is made once, and the indom
+    still names every file, a removed one gone."""
+    script = (
+        "from pmda_mmv.directory.filestate import FileState\n"
+        "from pmda_mmv.agent import control\n"
+        "states = agent.scanner.states\n"
+        "def served():\n"
+        "    indom = agent.pcp_tables.pmda._indoms[agent.indom(control.STATUS_SERIAL)]\n"
+        "    return [(indom.it_set[i].i_inst, indom.it_set[i].i_name.decode())\n"
+        "            for i in range(indom.it_numinst)]\n"
+        "for i in range(200):\n"
+        "    states[f'f{i}'] = FileState(f'f{i}', i + 1)\n"
+        "agent._update_status_indom()\n"
+        "first = agent.status_instids.made\n"
+        "states['new\\x1b'] = FileState('new\\x1b', 500)\n"
+        "del states['f3']\n"
+        "agent._update_status_indom()\n"
+        "agent._update_status_indom()\n"
+        "got = served()\n"
+        "print(first, agent.status_instids.made - first, len(got), got[-1])\n"
+        "print(sorted(got) == sorted([(i + 1, f'f{i}') for i in range(200) if i != 3]"
+        " + [(500, 'new\\\\x1b')]))\n"
+    )
+    counts, same = agent_output(script, tmp_path)
+    assert counts == "200 1 200 (500, 'new\\\\x1b')"
+    assert same == "True"
+
+
+def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> None:
+    """Regression: each file arriving in an indom that files share rebuilt a pmdaInstid
+    for every instance of every file; one file more makes its new instances' only, and
+    the indom python3-pcp serves holds every instance, first name of an id first."""
+    from pmda_mmv.mmvfile import layout
+    from tests.support import mmvbuild as mb
+
+    def pets(path: Path, *insts: int) -> None:
+        b = mb.MmvBuilder(cluster=9, flags=layout.FLAG_NOPREFIX)
+        b.indoms.append(mb.Indom(2, [mb.Instance(i, f"{path.name}.{i}") for i in insts]))
+        b.metrics.append(mb.Metric("pets.n", 1, indom=2))
+        b.values += [mb.Value("pets.n", i, i) for i in insts]
+        b.write(path)
+
+    for f in range(30):
+        pets(tmp_path / f"f{f:02d}", 2 * f, 2 * f + 1)
+    pets(tmp_path / ".new", 0, 99)  # a dot-file: not looked at until renamed
+    script = (
+        "import pathlib\n"
+        f"pets_dir = pathlib.Path({str(tmp_path)!r})\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "[(serial, made)] = agent.indom_instids.items()\n"
+        "first = made.made\n"
+        "(pets_dir / '.new').rename(pets_dir / 'new')\n"
+        "agent.apply(agent.scanner.refresh(True, False))\n"
+        "indom = agent.pcp_tables.pmda._indoms[agent.indom(serial)]\n"
+        "names = {indom.it_set[i].i_inst: indom.it_set[i].i_name.decode()\n"
+        "         for i in range(indom.it_numinst)}\n"
+        "print(first, made.made - first, len(names), names[0], names[59], names[99])\n"
+    )
+    assert " ".join(agent_output(script, tmp_path)).split() == [
+        "60",
+        "1",
+        "61",
+        "f00.0",
+        "f29.59",
+        ".new.99",
+    ]
