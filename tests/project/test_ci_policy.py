@@ -1,7 +1,8 @@
 """The CI policy plugins: a skipped test fails the run under --fail-on-skip or CI=true
 (tests/support/ci.py), and system_pmcd tests run only when selected explicitly, never because of
 CI=true (tests/support/pmcd.py); a test that leaves a thread running fails
-(tests/conftest.py).  Each case runs a small pytest session in a subprocess with the plugin
+(tests/conftest.py); a test that starts a private pmcd without the ``pmcd`` marker fails
+(tests/support/pmcd.py).  Each case runs a small pytest session in a subprocess with the plugin
 loaded."""
 
 from __future__ import annotations
@@ -136,3 +137,34 @@ def test_an_observer_left_running_fails_the_test(session: pytest.Pytester) -> No
     result = session.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaves_an_observer*"])
+
+
+UNMARKED = """
+import pytest
+
+from tests.support.pmcd import PrivatePmcd
+
+
+def test_starts_a_pmcd_unmarked(tmp_path) -> None:
+    PrivatePmcd(tmp_path, ()).start()
+
+
+def test_asks_for_the_factory_unmarked(private_pmcd) -> None:
+    pass
+
+
+@pytest.mark.pmcd
+def test_marked_may_ask_for_the_factory(private_pmcd) -> None:
+    pass
+"""
+
+
+def test_a_test_starting_a_pmcd_must_be_marked_pmcd(session: pytest.Pytester) -> None:
+    """So that ``-m "not pmcd"`` starts no pmcd: the marker is checked where a pmcd starts
+    (module fixtures too), not guessed from the fixtures a test asks for."""
+    session.makeini("[pytest]\nmarkers =\n    pmcd: starts a private pmcd\n")
+    session.makepyfile(test_sample=UNMARKED)
+    result = session.runpytest_subprocess("-p", "tests.support.pmcd", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*test_starts_a_pmcd_unmarked starts a private pmcd: mark it*"])
+    result.stdout.fnmatch_lines(["*test_asks_for_the_factory_unmarked starts a private pmcd*"])

@@ -21,6 +21,10 @@ teardown), ``private_dir`` (a fresh 0755 directory), ``private_mmv_dir``
 ``pcp_required``.  Tests that use them fail, never skip, when pmcd, the PCP client tools or
 python3-pcp are missing.
 
+Every test that starts a private pmcd is marked ``pmcd`` (pyproject.toml), so that
+``-m "not pmcd"`` runs none: :class:`PrivatePmcd` and ``private_pmcd`` fail the test that is
+not (:func:`require_pmcd_marker`).
+
 Also here: the ``system_pmcd`` marker for tests that change the *system* pmcd (its pmcd.conf,
 PMNS, $PCP_PMDAS_DIR/mmv): they run only when asked for explicitly, with ``--system-pmcd``
 or ``-m system_pmcd`` (``.ci/run`` passes ``--system-pmcd``); otherwise they are deselected,
@@ -309,7 +313,9 @@ class PrivatePmcd:
 
     def start(self) -> None:
         """Write the configuration, start pmcd (retrying on a port clash) and wait until it
-        answers and every agent with a PMNS root serves names; raises PmcdError."""
+        answers and every agent with a PMNS root serves names; raises PmcdError.  Under
+        pytest, the running test must be marked ``pmcd`` (:func:`require_pmcd_marker`)."""
+        require_pmcd_marker()
         self._write_config()
         for _ in range(3):
             self.port = free_port()
@@ -458,6 +464,28 @@ class PrivatePmcd:
 # -- pytest plugin --------------------------------------------------------------------------
 
 
+RUNNING: list[pytest.Item] = []
+"""The test pytest is running (setup, call and teardown), if any: benchmarks and soak start
+private pmcds outside pytest."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    RUNNING.append(item)
+    try:
+        yield
+    finally:
+        RUNNING.remove(item)
+
+
+def require_pmcd_marker() -> None:
+    """Fail the running test when it starts a private pmcd without the ``pmcd`` marker, so
+    that ``-m "not pmcd"`` runs no pmcd (module fixtures start theirs in their first test's
+    setup: the module's tests are marked together)."""
+    if RUNNING and RUNNING[-1].get_closest_marker("pmcd") is None:
+        pytest.fail(f"{RUNNING[-1].nodeid} starts a private pmcd: mark it pytest.mark.pmcd")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--system-pmcd",
@@ -556,6 +584,7 @@ def private_mmv_dir(private_dir: Path) -> Path:
 def private_pmcd(pcp_required: None, private_dir: Path) -> Iterator[Callable[..., PrivatePmcd]]:
     """Factory: ``private_pmcd(agent, ...)`` starts a :class:`PrivatePmcd` with these agents
     in ``private_dir/pmcd[N]`` and returns it; all are stopped at teardown."""
+    require_pmcd_marker()
     started: list[PrivatePmcd] = []
 
     def start(

@@ -39,6 +39,7 @@ def names(pmcd: PrivatePmcd, root: str = "mmv") -> set[str]:
     return set(out.stdout.split())
 
 
+@pytest.mark.pmcd
 def test_pcp_mmv_values_follow_the_writer(start_mmv: Start, private_mmv_dir: Path) -> None:
     written = write_pcp_mmv(private_mmv_dir / "py")
     pmcd = start_mmv()
@@ -51,6 +52,7 @@ def test_pcp_mmv_values_follow_the_writer(start_mmv: Start, private_mmv_dir: Pat
     assert pmcd.fetch("mmv.py.py.gauge")["blue"] == "7"
 
 
+@pytest.mark.pmcd
 def test_descriptors_help_and_indom_help(start_mmv: Start, private_mmv_dir: Path) -> None:
     write_pcp_mmv(private_mmv_dir / "py")
     pmcd = start_mmv()
@@ -65,6 +67,7 @@ def test_descriptors_help_and_indom_help(start_mmv: Start, private_mmv_dir: Path
     assert "the colours" in text
 
 
+@pytest.mark.pmcd
 def test_elapsed_is_a_microsecond_counter(start_mmv: Start, private_mmv_dir: Path) -> None:
     write_pcp_mmv(private_mmv_dir / "py")
     pmcd = start_mmv()
@@ -72,6 +75,7 @@ def test_elapsed_is_a_microsecond_counter(start_mmv: Start, private_mmv_dir: Pat
     assert "64-bit int" in out and "Semantics: counter  Units: microsec" in out
 
 
+@pytest.mark.pmcd
 def test_capi_labels_and_help(start_mmv: Start, private_mmv_dir: Path) -> None:
     write_capi(private_mmv_dir / "capi", cluster=0)
     pmcd = start_mmv()
@@ -84,6 +88,7 @@ def test_capi_labels_and_help(start_mmv: Start, private_mmv_dir: Path) -> None:
     assert any(k.startswith("reg") or k == "app" for lb in labels for k in lb), out
 
 
+@pytest.mark.pmcd
 def test_captured_files_are_served(start_mmv: Start, private_mmv_dir: Path) -> None:
     for name in ("pytest", "KeyboardReader"):
         (private_mmv_dir / name).write_bytes(
@@ -98,6 +103,7 @@ def test_captured_files_are_served(start_mmv: Start, private_mmv_dir: Path) -> N
     assert out.returncode == 0 and " -" not in out.stdout.replace("-1", "")
 
 
+@pytest.mark.pmcd
 def test_new_file_visible_in_the_next_request(start_mmv: Start, private_mmv_dir: Path) -> None:
     pmcd = start_mmv()
     assert pmcd.fetch("mmv.control.files") == {None: "0"}
@@ -106,6 +112,7 @@ def test_new_file_visible_in_the_next_request(start_mmv: Start, private_mmv_dir:
     assert pmcd.fetch("mmv.control.files") == {None: "1"}
 
 
+@pytest.mark.pmcd
 def test_removed_file_disappears(start_mmv: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "gone", single(5, 1))
     pmcd = start_mmv()
@@ -119,6 +126,7 @@ def test_removed_file_disappears(start_mmv: Start, private_mmv_dir: Path) -> Non
     )
 
 
+@pytest.mark.pmcd
 def test_rewritten_file_new_generation_new_values(start_mmv: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "app", single(5, 1))
     pmcd = start_mmv()
@@ -130,6 +138,7 @@ def test_rewritten_file_new_generation_new_values(start_mmv: Start, private_mmv_
     assert pmcd.run("pminfo", "-m", "mmv.app.v").stdout == pmid_before
 
 
+@pytest.mark.pmcd
 def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "aaa", single(7, 111))
     publish(private_mmv_dir / "bbb", single(7, 222))
@@ -142,6 +151,7 @@ def test_two_files_same_cluster_both_served(start_mmv: Start, private_mmv_dir: P
     assert "asked for cluster 7, served to aaa: served as cluster" in pmcd.agent_log()
 
 
+@pytest.mark.pmcd
 def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "s", sample(version=2))
     pmcd = start_mmv()
@@ -164,6 +174,7 @@ def test_every_type_and_instances_by_id_and_name(start_mmv: Start, private_mmv_d
     assert "seven" in vals and "4000000000" in vals and "zero" not in vals
 
 
+@pytest.mark.pmcd
 def test_store_reload_and_permission(start_mmv: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "app", single(5, 1))
     pmcd = start_mmv()
@@ -174,6 +185,7 @@ def test_store_reload_and_permission(start_mmv: Start, private_mmv_dir: Path) ->
     assert pmcd.fetch("mmv.control.reload") == {None: "0"}  # the rescan ran
 
 
+@pytest.mark.pmcd
 def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Path) -> None:
     publish(private_mmv_dir / "good", single(5, 1))
     (private_mmv_dir / "bad").write_bytes(b"MMV\0\x09\0\0\0" + bytes(64))
@@ -187,6 +199,7 @@ def test_status_metrics_explain_refused_files(start: Start, private_mmv_dir: Pat
     assert pmcd.fetch("mmv.control.files") == {None: "1"}
 
 
+@pytest.mark.pmcd
 def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_dir: Path) -> None:
     """Two writers of one application (PCP QA 648: NOPREFIX, one cluster, the same metric,
     instances of their own) serve one metric: ``mmv.control.metrics`` is 1, as C 7 counts."""
@@ -202,6 +215,7 @@ def test_control_metrics_counts_a_shared_metric_once(start: Start, private_mmv_d
     assert pmcd.fetch("mmv.control.files") == {None: "2"}
 
 
+@pytest.mark.pmcd
 def test_strict_drop_in_has_the_c_agent_s_control_metrics(
     start: Start, private_mmv_dir: Path
 ) -> None:
@@ -217,6 +231,7 @@ def test_strict_drop_in_has_the_c_agent_s_control_metrics(
     assert parse_info(ours.run("pminfo", "-dtTf", *control).stdout) == parse_info(c_info.stdout)
 
 
+@pytest.mark.pmcd
 def test_control_debug_follows_the_debug_option(start: Start, private_mmv_dir: Path) -> None:
     """``-D appl0,pdu``: ``mmv.control.debug`` shows it as the C agent's does (PCP 6: the
     legacy pmDebug bits; PCP 7: the options)."""
@@ -228,6 +243,7 @@ def test_control_debug_follows_the_debug_option(start: Start, private_mmv_dir: P
 DEBUG_STORES = ["appl0", "pdu,appl1", "", "-pdu", "nonsense", "all", "3", "0"]
 
 
+@pytest.mark.pmcd
 def test_control_debug_stores_as_the_c_agent_does(start: Start, private_mmv_dir: Path) -> None:
     """pmstore into ``mmv.control.debug``, then its value: each answer (stored, refused with
     PM_ERR_CONV, the options that remain) is the C agent's of this PCP."""
@@ -290,6 +306,7 @@ def start_mmv(private_pmcd: Start, private_mmv_dir: Path) -> Callable[[], Privat
     return lambda: private_pmcd(our_agent(private_mmv_dir))
 
 
+@pytest.mark.pmcd
 def test_instance_names_served_byte_for_byte(start_mmv: Start, private_mmv_dir: Path) -> None:
     # Perl's PCP::MMV writes Latin-1 names; the C agent serves the bytes, and so do we.
     from tests.support.mmvbuild import Indom, Instance
@@ -333,6 +350,7 @@ def _pmrep_abort(pmcd: PrivatePmcd) -> list[str]:
     return [line.strip() for line in out.splitlines()[2:] if line.strip()]
 
 
+@pytest.mark.pmcd
 def test_names_change_only_when_names_change_or_on_explicit_reload(
     start_mmv: Start, private_mmv_dir: Path
 ) -> None:
@@ -345,6 +363,7 @@ def test_names_change_only_when_names_change_or_on_explicit_reload(
     assert _pmrep_abort(pmcd) == ["0", "0", "0"]
 
 
+@pytest.mark.pmcd
 def test_new_file_flags_names_and_labels_once(start_mmv: Start, private_mmv_dir: Path) -> None:
     """A new file: exactly one fetch carries PMCD_NAMES_CHANGE, with PMCD_LABEL_CHANGE beside
     it (python3-pcp 6.0.3's only notification call sets both; the C agent never raises label
@@ -362,6 +381,7 @@ def test_new_file_flags_names_and_labels_once(start_mmv: Start, private_mmv_dir:
     assert fg.fetch() & changes == 0 and files() == 1
 
 
+@pytest.mark.pmcd
 def test_writer_restarting_with_another_cluster_keeps_the_tables_whole(
     start_mmv: Start, private_mmv_dir: Path
 ) -> None:

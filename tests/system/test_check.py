@@ -226,6 +226,7 @@ def settled(pmcd: PrivatePmcd, directory: Path, requests: int = 100) -> Served:
     raise AssertionError(f"the agent did not settle on {directory}: {agent.state}")
 
 
+@pytest.mark.pmcd
 @pytest.mark.host_pid_namespace  # the corpus's PROCESS files name PID 1: host init
 def test_check_says_what_the_agent_serves_for_every_corpus_file(
     mmv_corpus: Path, private_pmcd, private_dir: Path
@@ -260,6 +261,7 @@ def test_check_says_what_the_agent_serves_for_every_corpus_file(
     assert set(verdicts) == {*PMCD_STATES, "ignored"}, verdicts  # every verdict was met
 
 
+@pytest.mark.pmcd
 def test_help_slot_without_nul_is_served_as_c_serves_it(
     private_pmcd, private_mmv_dir: Path, c_reference: tuple[str, str]
 ) -> None:

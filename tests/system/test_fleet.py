@@ -51,6 +51,8 @@ from tests.support.pmcd import (
     require_pcp,
 )
 
+pytestmark = pytest.mark.pmcd
+
 SECONDS = 5  # pmlogger run time (-T); samples every second
 T = TypeVar("T")
 

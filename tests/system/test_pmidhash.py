@@ -261,6 +261,7 @@ def wide(cluster: int, metrics: int) -> MmvBuilder:
     return b
 
 
+@pytest.mark.pmcd
 def test_agent_keeps_the_count_down_under_churn(
     private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path
 ) -> None:
@@ -294,6 +295,7 @@ def mem_descriptors(pid: int) -> list[str]:
     return [target for target in fds if re.fullmatch(r"/proc/\d+/mem", target)]
 
 
+@pytest.mark.pmcd
 @pytest.mark.parametrize("extra", [(), ("--no-pmid-hash-reset",)])
 def test_reset_runs_only_where_the_defect_is(
     private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path, extra: tuple[str, ...]

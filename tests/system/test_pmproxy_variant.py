@@ -35,6 +35,8 @@ from tests.support.pmcd import (
     require_pcp,
 )
 
+pytestmark = pytest.mark.pmcd
+
 PMPROXY_DOMAIN = 4
 
 

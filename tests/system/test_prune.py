@@ -367,6 +367,7 @@ def test_help_lists_prune() -> None:
     assert "  prune " in run.stdout
 
 
+@pytest.mark.pmcd
 def test_the_agent_forgets_pruned_files_and_serves_the_live_one(
     private_pmcd: Callable[..., PrivatePmcd], private_mmv_dir: Path, writers: Writers
 ) -> None:

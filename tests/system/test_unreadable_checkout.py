@@ -64,6 +64,7 @@ def pcp_site(private_dir: Path) -> Path:
     return site
 
 
+@pytest.mark.pmcd
 @pytest.mark.host_pid_namespace
 def test_process_files_are_served_from_a_checkout_pcp_cannot_read(
     private_pmcd: Start, private_mmv_dir: Path, unreadable_site: Path, pcp_site: Path
