@@ -35,8 +35,8 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
 from tests.support.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.system.test_bounded import GOOD, Served, pmda_mmv, serve
-from tests.system.test_hardening import agent_pids
+from tests.system.test_budget import GOOD, Served, pmda_mmv, serve
+from tests.system.test_refusals import agent_pids
 
 BIG = (80, 12_500)  # metrics x instances: 1M values, 33 MB, about 0.2 s to load here
 QUICK = 1.0  # seconds a good file's request may take

@@ -34,7 +34,7 @@ from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
 from tests.support.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.system.test_hardening import agent_pids
+from tests.system.test_refusals import agent_pids
 
 GOOD = "mmv.good.py.counter"
 LOG_GROWTH = 1 << 20  # bytes the agent's log may grow by per attack
