@@ -3,7 +3,7 @@ pmda-mmv in the same run, both under pmcd's default agent timeout (5 s).
 
 Two private pmcds (tests/support/pmcd.py, no ``-t``), one per agent, each serving its own directory
 with a live python3-pcp ``pcp.mmv`` writer (``good``).  For each population of
-tests/support/hostile.py (the sizes of tests/system/test_bounded.py), the same files go into both
+tests/support/hostile.py (the sizes of tests/system/test_budget.py), the same files go into both
 directories; then, alternating between the agents, ``--fetches`` timed pmFetch calls of the
 good counter, each after writing a new value, each checked.  Printed per population and
 agent: the first fetch (it loads the population), the median and the maximum of the others,

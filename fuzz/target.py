@@ -1,11 +1,11 @@
 """The fuzz oracle: what must hold for *any* bytes handed to the reader and catalogue.
 
 Shared by the atheris target (``fuzz/fuzz_reader.py``) and the bounded hypothesis run in CI
-(``tests/system/test_hardening.py``).  :func:`check_bytes` writes the bytes to a file and runs
-:func:`check_file`, which raises :class:`Finding` (or lets any other exception escape) when
-the reader or the catalogue misbehaves.  Only :class:`~pmda_mmv.mmvfile.reader.MmvError` subclasses
-may come out of the reader; everything the agent would hand to python3-pcp must be
-something pmcd accepts.
+(``tests/unit/mmvfile/test_fuzz_inputs.py``).  :func:`check_bytes` writes the bytes to a
+file and runs :func:`check_file`, which raises :class:`Finding` (or lets any other exception
+escape) when the reader or the catalogue misbehaves.  Only
+:class:`~pmda_mmv.mmvfile.reader.MmvError` subclasses may come out of the reader; everything
+the agent would hand to python3-pcp must be something pmcd accepts.
 """
 
 from __future__ import annotations

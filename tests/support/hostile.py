@@ -329,7 +329,7 @@ ATTACKS: dict[str, Population] = {
     "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
 }
 """Each attack kind of issue 17, in other sizes and constructions than the issue's: what
-tests/system/test_bounded.py puts beside a good file, and benchmarks/hostile.py times."""
+tests/system/test_budget.py puts beside a good file, and benchmarks/hostile.py times."""
 
 
 def every_limit(

@@ -608,3 +608,11 @@ def write_capi(path: Path, cluster: int = 77, flags: int = 0, long_names: bool =
         r.set("c.count", name, iid * 10)
         values[("c.count", name)] = iid * 10
     return Written(path, cluster, flags, spec, {9: insts}, values, labels, handle=r)
+
+
+def new_generation(path: Path, generation: int) -> None:
+    """Give ``path`` a new generation pair in place (same inode and size): its next
+    snapshot raises Changed."""
+    with open(path, "r+b") as f:
+        f.seek(layout.GENERATION_OFFSET)
+        f.write(struct.pack("=QQ", generation, generation))

@@ -29,9 +29,13 @@ from typing import Any
 
 import pytest
 
+from pmda_mmv.mmvfile.layout import SEM_COUNTER as COUNTER
+from pmda_mmv.mmvfile.layout import TYPE_DOUBLE as DOUBLE
+from pmda_mmv.mmvfile.layout import TYPE_U32 as U32
+from pmda_mmv.mmvfile.layout import TYPE_U64 as U64
+from tests.support.mmvbuild import COUNT
 from tests.support.pmcd import PrivatePmcd, make_dir, our_agent
 from tests.support.writers.libpcp_mmv import LABEL_STRING, Registry
-from tests.system.test_differential import COUNT, COUNTER, DOUBLE, U32, U64
 
 pytestmark = pytest.mark.pmcd
 

@@ -1,71 +1,34 @@
-"""Bounded work (issue 17): under pmcd's default agent timeout, no population of hostile
+"""Bounded work under pmcd: under pmcd's default agent timeout, no population of hostile
 files gets the agent dropped, stops a good file's answers, floods the log, or makes
 ``pmda-mmv check`` print an unbounded report.
 
 One private pmcd started with its default agent timeout (5 s: no ``-t``, as the system pmcd
-runs) serves one directory with pmda-mmv.  A real writer (python3-pcp ``pcp.mmv``) keeps
-``good`` live.  Each test puts one attack beside it (built by tests/support/hostile.py with the byte
-builder, in other sizes and constructions than the issue's), then: every fetch of the good
+runs) serves one directory with pmda-mmv (tests/support/served.py :func:`serve`).  A real
+writer (python3-pcp ``pcp.mmv``) keeps ``good`` live.  Each test puts one attack beside it
+(built by tests/support/hostile.py with the byte builder), then: every fetch of the good
 file answers the value just written, the agent is the same process throughout, the agent's
 log grows by at most 1 MB, and ``pmda-mmv check`` on each hostile file prints a bounded
-report.  Run time belongs in benchmarks/hostile.py, not here.
+report.  Run time belongs in benchmarks/hostile.py, not here.  The same bounds without pmcd:
+tests/unit/directory/test_scanner_bounds.py, tests/unit/agent/test_ratelimit.py.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from pmda_mmv.agent.ratelimit import PER_CAUSE, LogLimit
-from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.directory.watcher import Watcher
+from pmda_mmv.agent.ratelimit import PER_CAUSE
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.parse.ranges import Ranges
-from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
-from tests.support.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.system.test_refusals import agent_pids
+from tests.support.commands import assert_terminal_safe, pmda_mmv
+from tests.support.served import Served, serve
 
-GOOD = "mmv.good.py.counter"
 LOG_GROWTH = 1 << 20  # bytes the agent's log may grow by per attack
-FETCHES = 5  # fetches of the good file while each attack is in place
 REPORT_LINES = layout.MAX_PROBLEMS + 3  # check: status line, problems, summary
-
-
-@dataclass
-class Served:
-    pmcd: PrivatePmcd
-    dir: Path
-    pid: int
-    good: mmvbuild.Written
-    counter: int = 41
-
-    def log_size(self) -> int:
-        path = self.pmcd.log_dir / "mmv.log"
-        return path.stat().st_size if path.exists() else 0
-
-    def log_lines(self, path: Path) -> list[str]:
-        return [ln for ln in self.pmcd.agent_log().splitlines() if str(path) in ln]
-
-    def assert_good_answers(self) -> None:
-        """FETCHES fetches of the good file, each the value just written, by the same
-        agent process (pmcd drops an agent that misses its timeout; it is not restarted)."""
-        for _ in range(FETCHES):
-            self.counter += 1
-            self.good.handle.lookup_set("py.counter", "", self.counter)
-            out = self.pmcd.run("pmprobe", "-v", GOOD)
-            assert out.stdout.strip() == f"{GOOD} 1 {self.counter}", out.stdout + out.stderr
-        assert agent_pids(self.pmcd) == [self.pid], self.pmcd.pmcd_log()[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -79,41 +42,6 @@ def explains(request: pytest.FixtureRequest) -> Iterator[Served]:
     """Another agent, for the tests that count log lines: the attacks fill the first one's
     log limits (ratelimit.TOTAL lines a minute) on purpose."""
     yield from serve(request)
-
-
-def serve(request: pytest.FixtureRequest) -> Iterator[Served]:
-    require_pcp()
-    for base in kept_dir(request, "pmda-mmv-bounded-", "bounded work directory"):
-        mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
-        agent = our_agent(mmv_dir, "--status-metrics")
-        pmcd = PrivatePmcd(base / "pmcd", [agent], agent_timeout=None)
-        pmcd.start()
-        good = mmvbuild.write_pcp_mmv(mmv_dir / "good")
-        try:
-            pids = agent_pids(pmcd)
-            assert len(pids) == 1, pids
-            s = Served(pmcd, mmv_dir, pids[0], good)
-            s.assert_good_answers()
-            yield s
-        finally:
-            pmcd.stop()
-            good.handle.stop()
-
-
-def pmda_mmv(*args: str) -> str:
-    """Run ``python -m pmda_mmv ARGS`` and return its output (stdout, decoded as the
-    terminal would: invalid bytes kept as surrogates)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pmda_mmv", *args], capture_output=True, timeout=300
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.stdout.decode("utf-8", "surrogateescape")
-
-
-def assert_terminal_safe(text: str) -> None:
-    """Nothing in ``text`` but printable characters and line ends."""
-    for line in text.splitlines():
-        assert printable(line) == line, repr(line)
 
 
 def assert_bounded_check(path: Path) -> None:
@@ -261,109 +189,3 @@ def test_label_set_libpcp_rejects_is_refused_once_naming_the_file(
     finally:
         bad.unlink()
         edge.unlink()
-
-
-def test_check_dump_and_debug_escape_terminal_controls(tmp_path: Path) -> None:
-    """check DIR, dump FILE and debug --once show file names, help text, instance names
-    and labels with every control and bidirectional character escaped."""
-    served, named = hostile.escapes(tmp_path)
-    outputs = {
-        "check": pmda_mmv("check", str(tmp_path)),
-        "check --json": pmda_mmv("check", "--json", str(tmp_path)),
-        "dump": pmda_mmv("dump", str(served), str(named)),
-        "dump --json": pmda_mmv("dump", "--json", str(served)),
-        "debug": pmda_mmv("debug", "--once", "--dir", str(tmp_path)),
-    }
-    for what, text in outputs.items():
-        assert_terminal_safe(text)
-        assert "\\x1b" in text or "\\u001b" in text, what  # shown, escaped
-    assert "\\u202e" in outputs["dump"] and "\\x9b" in outputs["dump"]
-
-
-def test_watcher_ignores_the_agents_own_opens(tmp_path: Path) -> None:
-    """Opening and reading files (as the agent does at every retry) queues nothing; a write
-    does."""
-    names = [f"f{k}" for k in range(50)]
-    for n in names:
-        (tmp_path / n).write_bytes(b"x")
-    marks: set[str] = set()
-    cond = threading.Condition()
-
-    def mark(name: str) -> None:
-        with cond:
-            marks.add(name)
-            cond.notify_all()
-
-    watcher = Watcher(str(tmp_path), mark)
-    watcher.ensure()
-    try:
-        assert watcher.mode == "inotify"
-        for _ in range(3):
-            for n in names:
-                (tmp_path / n).read_bytes()
-        (tmp_path / "written").write_bytes(b"y")  # the last event: the others came before
-        with cond:
-            assert cond.wait_for(lambda: "written" in marks, 10)
-        assert not marks & set(names), sorted(marks & set(names))[:5]
-    finally:
-        watcher.stop()
-
-
-def test_queued_changes_are_bounded(tmp_path: Path) -> None:
-    """Marks for more names than the queue holds become one rescan of the directory."""
-    scanner = Scanner(str(tmp_path), Catalogue())
-    scanner.refresh()
-    rescans = scanner.rescans
-    for k in range(100_000):
-        scanner.mark_dirty(f"gone{k}")
-    scanner.refresh()
-    assert scanner.rescans == rescans + 1
-
-
-def test_log_limit_counts_what_it_suppresses() -> None:
-    """Per file and cause: PER_CAUSE lines, then a count once the window has passed."""
-    lines: list[str] = []
-    now = [0.0]
-    limit = LogLimit(lines.append, window=10, per_cause=2, per_file=3, clock=lambda: now[0])
-    for k in range(50):
-        limit(f"/d/a: values[{k}].metric at offset {k * 32}: offset 8 is not a metric")
-    limit("/d/a: header.flags at offset 28: unknown flag bits 0x8 ignored")
-    limit("/d/a: toc[1].type at offset 56: bad TOC type 0x9")  # past per_file
-    limit("/d/b: values[0].metric at offset 0: offset 8 is not a metric")  # another file
-    assert len(lines) == 4
-    now[0] = 11
-    limit.flush()
-    assert lines[-1].startswith("/d/a: 49 more log lines about this file suppressed")
-    assert len(lines) == 5
-
-
-def test_log_limit_bounds_the_lines_of_all_files() -> None:
-    """Many files, one line each: at most ``total`` lines a window, then one count."""
-    lines: list[str] = []
-    now = [0.0]
-    limit = LogLimit(lines.append, window=10, total=100, clock=lambda: now[0])
-    for k in range(1000):
-        limit(f"/d/empty{k}: file.size at offset 0: size 0, not written yet")
-    assert len(lines) == 100
-    now[0] = 10
-    limit("/d/next: header.g1 at offset 8: generation 0, no data yet")
-    assert lines[-2] == "900 more log lines suppressed (at most 100 every 10 s)"
-    assert lines[-1].startswith("/d/next: ")
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(1, 60)), max_size=400))
-def test_ranges_find_the_overlap_a_scan_finds(spans: list[tuple[int, int]]) -> None:
-    """The reader's sorted ranges (sections, indoms' instances) answer as a scan of every
-    accepted range would, in whatever order ranges come; blocks (of 2 here) split often."""
-    ranges = Ranges[int](block=2)
-    accepted: list[tuple[int, int, int]] = []
-    for k, (start, length) in enumerate(spans):
-        end = start + length
-        found = ranges.overlapping(start, end)
-        clash = [a for a in accepted if a[0] < end and start < a[1]]
-        assert (found is None) == (not clash)
-        assert found is None or found in clash
-        if found is None:
-            ranges.add(start, end, k)
-            accepted.append((start, end, k))

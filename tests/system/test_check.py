@@ -39,7 +39,7 @@ UID = os.getuid()
 OPTIONS = ("--owners", str(UID))  # the agent's options, given to check too
 PMCD_STATES = ("ok", "partial", "not-ready", "refused", "no-writer")
 """The states a file loaded once can have (``exited``: only a writer followed, then gone,
-tests/system/test_containers.py and tests/system/test_hardening.py)."""
+tests/system/test_containers.py and tests/system/test_liveness.py)."""
 WRITERS: list[mmap.mmap] = []  # this process, the writer of proc_live: its mapping of it
 
 

@@ -34,7 +34,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import Label, sample
 from tests.support.pmcd import kept_dir
-from tests.system.test_refusals import UNKNOWN_NAME, Agent, start_agent
+from tests.support.served import UNKNOWN_NAME, Agent, start_agent
 
 pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
 

@@ -1,22 +1,19 @@
-"""Bounded work, third round (issue 28): valid files within every per-file limit, under a
-private pmcd with its default agent timeout (5 s, as the system pmcd runs).
+"""Loading under pmcd with its default agent timeout (5 s, as the system pmcd runs): valid
+files within every per-file limit.
 
-Each test puts its attack beside the live ``good`` file of :mod:`tests.system.test_bounded`'s
-agent (or starts an agent of its own), then checks what the issue's "Done when" asks: the
-agent is never dropped, the good file's requests answer in under a second, a victim's new
-file is served within a few requests.
+Each test puts its load beside the live ``good`` file of an agent of this module
+(tests/support/served.py :func:`serve`) or starts an agent of its own, then checks: the
+agent is never dropped, the good file's requests answer in under a second, reloads stay
+within a request's budget, the first scan is bounded and the agent answers at once, served
+files leave the descriptors a listing needs, and a victim's new file is served within a few
+requests however many heavy new files stream in.
 """
 
 from __future__ import annotations
 
-import gc
 import os
-import struct
-import subprocess
-import sys
 import threading
 import time
-import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,18 +22,11 @@ import psutil
 import pytest
 from pcp import pmapi
 
-from pmda_mmv.agent.options import parse_args
-from pmda_mmv.agent.ratelimit import LogLimit
-from pmda_mmv.agent.serving import Serving
-from pmda_mmv.directory import fdlimit
-from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.directory.watcher import Watcher
-from pmda_mmv.mmvfile import layout
-from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
+from tests.support.commands import pmda_mmv
+from tests.support.mmvbuild import new_generation
 from tests.support.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.system.test_budget import GOOD, Served, pmda_mmv, serve
-from tests.system.test_refusals import agent_pids
+from tests.support.served import GOOD, Served, agent_pids, serve
 
 BIG = (80, 12_500)  # metrics x instances: 1M values, 33 MB, about 0.2 s to load here
 QUICK = 1.0  # seconds a good file's request may take
@@ -57,14 +47,6 @@ def wait_served(s: Served, count: int, requests: int = 400) -> None:
         if out[-1] == str(count):
             return
     pytest.fail(f"served files: {out}")
-
-
-def new_generation(path: Path, generation: int) -> None:
-    """Give ``path`` a new generation pair in place (same inode and size): its next
-    snapshot raises Changed."""
-    with open(path, "r+b") as f:
-        f.seek(layout.GENERATION_OFFSET)
-        f.write(struct.pack("=QQ", generation, generation))
 
 
 class Client:
@@ -177,35 +159,6 @@ def test_the_first_scan_is_bounded_and_the_agent_serves_at_once(
             os.sync()
 
 
-def test_a_served_file_whose_writer_only_writes_values_is_not_reloaded(tmp_path: Path) -> None:
-    """Finding 13: a served file's mtime moves at every write through its writer's
-    mapping; a listing (any other file's churn) then found its stat changed and loaded it
-    again, unserving and serving it anew.  Same inode, size and generation: the entry,
-    its tables and its values stay as they are."""
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0)
-    path = tmp_path / "permanent"
-    image = mmvbuild.single(9, 1).write(path)
-    changes = scanner.refresh()
-    [entry] = changes.added
-    for k in range(3):
-        data = bytearray(path.read_bytes())
-        value_at = image.entries["values"][0]
-        struct.pack_into("=Q", data, value_at, 100 + k)  # a value written in place
-        with open(path, "r+b") as f:
-            f.write(data)
-        os.utime(path, ns=(0, (k + 1) * 10**9))
-        (tmp_path / f"churn{k}").write_bytes(b"")  # the directory changed: a listing
-        changes = scanner.refresh()
-        assert not changes.removed and not changes.added, changes
-        assert scanner.catalogue.files["permanent"] is entry
-        assert next(iter(entry.mf.values()))[2] == 100 + k
-    new_generation(path, 0x9000)  # a new generation is still a reload
-    os.utime(path, ns=(0, 10 * 10**9))
-    scanner.mark_dirty("permanent")
-    changes = scanner.refresh()
-    assert [e.name for e in changes.removed] == [e.name for e in changes.added] == ["permanent"]
-
-
 def limited_agent(mmv_dir: Path, nofile: str) -> AgentSpec:
     """pmda-mmv started under ``ulimit NOFILE`` (``-Sn 1024``: systemd's default soft
     limit; ``-n 1024``: soft and hard)."""
@@ -249,100 +202,6 @@ def test_served_files_never_take_the_descriptors_a_listing_needs(
             assert "cannot list directory" not in pmcd.agent_log()
         finally:
             pmcd.stop()
-
-
-def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) -> None:
-    """Finding 9, past the hard limit: served files and their writers' pidfds hold at most
-    ``max_files`` descriptors (fdlimit.py); one more file is refused naming the limit,
-    while the directory is still listed, and served once a served file leaves."""
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
-    scanner.max_files = 6  # descriptors: a file loading counts two (its pidfd, if any)
-    for k in range(4):
-        mmvbuild.single(10 + k, k).write(tmp_path / f"f{k}")
-    scanner.refresh()
-    assert sorted(scanner.catalogue.files) == ["f0", "f1", "f2"]
-    assert scanner.states["f3"].state == "refused"
-    assert "descriptor limit" in scanner.states["f3"].last_problem
-    (tmp_path / "f0").unlink()
-    scanner.refresh()
-    assert sorted(scanner.catalogue.files) == ["f1", "f2", "f3"]
-    assert fdlimit.max_files(20_000) == 20_000 - fdlimit.RESERVE - 5_000
-
-
-FLOOD = """
-import os, sys, time
-d, seconds = sys.argv[1], float(sys.argv[2])
-end, n = time.monotonic() + seconds, 0
-while time.monotonic() < end:
-    for k in range(100):
-        p = os.path.join(d, f".tmp{k}")
-        os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
-        os.unlink(p)
-    n += 100
-print(n)
-"""
-
-
-def test_the_watcher_drops_ignored_names_before_queueing_them(tmp_path: Path) -> None:
-    """Finding 10: another process creating and unlinking dot-files as fast as it can.
-    Their events are dropped as they are read (filestate.ignore_reason, the scanner's
-    rule), never marked, and nothing queues behind them: a real file written after the
-    flood is marked within a second (watchdog's queues were still draining for tens of
-    seconds after such a flood, its memory grown by hundreds of MB)."""
-    marks: list[str] = []
-    arrived: dict[str, float] = {}
-
-    def mark(name: str) -> None:
-        marks.append(name)
-        arrived.setdefault(name, time.monotonic())
-
-    watcher = Watcher(str(tmp_path), mark)
-    watcher.ensure()
-    try:
-        flood = subprocess.run(
-            [sys.executable, "-c", FLOOD, str(tmp_path), "4"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        written = time.monotonic()
-        (tmp_path / "after").write_bytes(b"x")
-        deadline = written + 30
-        while "after" not in arrived and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert "after" in arrived, len(marks)
-        assert arrived["after"] - written < 1.0, (arrived["after"] - written, flood.stdout)
-        assert not [m for m in marks if m.startswith(".")], len(marks)
-    finally:
-        watcher.stop()
-
-
-def test_the_log_limit_holds_in_total_with_the_per_file_counts() -> None:
-    """Finding 11: 50 new files a second, each with 40 bad entries: the per-file counts
-    ("N more log lines about this file suppressed") went around the total (500 files/s:
-    ~150 MB of log an hour where 1,000 lines a minute were promised).  Every window now
-    has at most ``total`` lines, counts included, plus the total's one count."""
-    lines: list[tuple[float, str]] = []
-    now = [0.0]
-    limit = LogLimit(
-        lambda line: lines.append((now[0], line)),
-        window=10,
-        per_cause=2,
-        per_file=5,
-        total=100,
-        clock=lambda: now[0],
-    )
-    for second in range(100):
-        now[0] = float(second)
-        for f in range(50):
-            for k in range(40):
-                limit(f"/d/f{second}_{f}: values[{k}].metric at offset {k}: cause {k % 7}")
-    now[0] = 100.0
-    limit.flush()
-    for start in range(0, 100, 10):
-        window = [ln for t, ln in lines if start <= t < start + 10]
-        assert len(window) <= 100 + 1, (start, len(window))
-    assert any("more log lines suppressed" in ln for _, ln in lines)
 
 
 @pytest.mark.pmcd
@@ -422,41 +281,3 @@ def test_a_stream_of_heavy_new_files_cannot_starve_a_small_new_file(
             pmcd.stop()
             for path in [*links, big, mmv_dir / "victim"]:
                 path.unlink(missing_ok=True)
-
-
-def test_memory_per_served_name_is_cut(tmp_path: Path) -> None:
-    """Finding 5 (in part): the memory one served name costs the scanner, the catalogue and
-    the serving model (python3-pcp's own tables aside), traced by tracemalloc: 1,957 bytes
-    before (a closure, five cells, a tuple and a key list per name for its table builder),
-    1,429 now; RSS 2,201 -> 1,593 bytes a name (100 files x 1,000 names)."""
-    hostile.prefixed_names(tmp_path, 20, 1000)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        catalogue = Catalogue()
-        scanner = Scanner(str(tmp_path), catalogue, budget=None)
-        model = Serving(catalogue, print)
-        plan = model.apply(scanner.refresh(True))
-        for cluster, item in plan.pmids:
-            model.serve_metric(cluster, item)
-        gc.collect()
-        per_name = tracemalloc.get_traced_memory()[0] / len(model.served_names)
-    finally:
-        tracemalloc.stop()
-    assert len(model.served_names) == 20_000
-    assert per_name < 1_600, per_name
-
-
-def test_served_names_stop_at_max_names_and_resume(tmp_path: Path) -> None:
-    """Finding 5: nothing bounded the names of all files together (1,000 files of 1,000
-    metrics: 2.85 GB).  ``--max-names``: a file that would take the served files past it
-    is refused naming the option, and served once a file leaves."""
-    assert parse_args(["--max-names", "2500"]).max_names == 2500
-    hostile.prefixed_names(tmp_path, 3, 1000)
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None, max_names=2500)
-    scanner.refresh()
-    assert sorted(scanner.catalogue.files) == ["f000", "f001"]
-    assert "--max-names" in scanner.states["f002"].last_problem
-    (tmp_path / "f000").unlink()
-    scanner.refresh()
-    assert sorted(scanner.catalogue.files) == ["f001", "f002"]

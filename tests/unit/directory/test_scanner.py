@@ -480,7 +480,7 @@ def test_sample_file_values_and_many_files(d: Dir) -> None:
 
 def test_changes_entry_added_then_removed_in_one_refresh_is_neither(d: Dir) -> None:
     # A file loaded and found stale in the same refresh (its writer moved on) must not reach
-    # the agent as both added and removed (tests/system/test_hardening.py busy writer).
+    # the agent as both added and removed (tests/system/test_lifecycle.py busy writer).
     from pmda_mmv.directory.filestate import Changes
 
     one().write(d.path / "a")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -119,3 +120,80 @@ def test_the_watcher_works_with_the_systems_watchdog(tmp_path: Path) -> None:
     version, mode, ok, names = done.stdout.strip().split(maxsplit=3)
     assert mode == "inotify" and ok == "ok"
     assert names == "[]", (version, names)
+
+
+def test_watcher_ignores_the_agents_own_opens(tmp_path: Path) -> None:
+    """Opening and reading files (as the agent does at every retry) queues nothing; a write
+    does."""
+    names = [f"f{k}" for k in range(50)]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    marks: set[str] = set()
+    cond = threading.Condition()
+
+    def mark(name: str) -> None:
+        with cond:
+            marks.add(name)
+            cond.notify_all()
+
+    watcher = Watcher(str(tmp_path), mark)
+    watcher.ensure()
+    try:
+        assert watcher.mode == "inotify"
+        for _ in range(3):
+            for n in names:
+                (tmp_path / n).read_bytes()
+        (tmp_path / "written").write_bytes(b"y")  # the last event: the others came before
+        with cond:
+            assert cond.wait_for(lambda: "written" in marks, 10)
+        assert not marks & set(names), sorted(marks & set(names))[:5]
+    finally:
+        watcher.stop()
+
+
+FLOOD = """
+import os, sys, time
+d, seconds = sys.argv[1], float(sys.argv[2])
+end, n = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    for k in range(100):
+        p = os.path.join(d, f".tmp{k}")
+        os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o644))
+        os.unlink(p)
+    n += 100
+print(n)
+"""
+
+
+def test_the_watcher_drops_ignored_names_before_queueing_them(tmp_path: Path) -> None:
+    """Finding 10: another process creating and unlinking dot-files as fast as it can.
+    Their events are dropped as they are read (filestate.ignore_reason, the scanner's
+    rule), never marked, and nothing queues behind them: a real file written after the
+    flood is marked within a second (watchdog's queues were still draining for tens of
+    seconds after such a flood, its memory grown by hundreds of MB)."""
+    marks: list[str] = []
+    arrived: dict[str, float] = {}
+
+    def mark(name: str) -> None:
+        marks.append(name)
+        arrived.setdefault(name, time.monotonic())
+
+    watcher = Watcher(str(tmp_path), mark)
+    watcher.ensure()
+    try:
+        flood = subprocess.run(
+            [sys.executable, "-c", FLOOD, str(tmp_path), "4"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        written = time.monotonic()
+        (tmp_path / "after").write_bytes(b"x")
+        deadline = written + 30
+        while "after" not in arrived and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "after" in arrived, len(marks)
+        assert arrived["after"] - written < 1.0, (arrived["after"] - written, flood.stdout)
+        assert not [m for m in marks if m.startswith(".")], len(marks)
+    finally:
+        watcher.stop()

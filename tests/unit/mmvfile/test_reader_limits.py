@@ -1,13 +1,11 @@
-"""Per-file entry limits (issue 17: a single file too expensive to load within a request's
-budget is refused with a reason, not retried): :data:`pmda_mmv.mmvfile.layout.MAX_ENTRIES`,
-checked from the TOC counts before any section is read, and the value slots (metrics x
-instances of their indoms).  Files from libpcp_mmv where it can write them, from the test
-byte builder where it cannot."""
+"""Per-file entry limits of the reader (a single file too expensive to load within a
+request's budget is refused with a reason, not retried):
+:data:`pmda_mmv.mmvfile.layout.MAX_ENTRIES`, checked from the TOC counts before any section
+is read, and the value slots (metrics x instances of their indoms).  Files from libpcp_mmv
+where it can write them, from the test byte builder where it cannot."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -89,16 +87,3 @@ def test_labels_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
     (path,) = hostile.label_flood(tmp_path, limit + 1)
     err = _refused(path)
     assert err.limit == limit and "labels sections hold" in err.message
-
-
-def test_check_names_the_limit(tmp_path: Path) -> None:
-    """`check` gives the agent's verdict: the same refusal, field and limit."""
-    (path,) = hostile.big_files(tmp_path, 1, 1, INSTANCES + 1)
-    done = subprocess.run(
-        [sys.executable, "-m", "pmda_mmv", "check", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode != 0
-    assert f"more than {INSTANCES} in one file" in done.stdout
