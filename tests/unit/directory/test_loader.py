@@ -1,0 +1,169 @@
+"""pmda_mmv.directory.loader, directly (no scanner, no pmcd): :meth:`Loader._consider` on
+real files of a directory.  Files are served in name order (first come, first served), an
+unchanged entry is not loaded again, a gone one is forgotten, a hard link is refused
+naming the file it is a link of and served once that one goes, ``max_total`` refuses a
+file that would take the served bytes past it and serves it once another leaves, a file
+not written yet is not ready, and past the deadline the first name not reached is
+returned.  The scanner's scheduling around it: tests/unit/directory/test_scanner*.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED, UNSEEN
+from pmda_mmv.directory.loader import Loader
+from pmda_mmv.namespace.catalogue import Catalogue
+from tests.support.mmvbuild import single
+
+MAX_SIZE = 1 << 30
+
+
+class Loaded:
+    """A Loader of ``directory`` and its log lines."""
+
+    def __init__(self, directory: Path, max_total: int = 1 << 40) -> None:
+        self.directory = directory
+        self.lines: list[str] = []
+        self.loader = Loader(
+            str(directory),
+            Catalogue(),
+            max_size=MAX_SIZE,
+            owners=None,
+            not_ready_grace=10.0,
+            log=self.lines.append,
+            clock=time.monotonic,
+            pidfd=True,
+            max_total=max_total,
+        )
+
+    def consider(self, *names: str) -> tuple[list[str], list[str]]:
+        """(names added, names removed) by one _consider of ``names`` (all of the
+        directory's entries when none are given)."""
+        names = names or tuple(sorted(os.listdir(self.directory)))
+        changes, stop = self.loader._consider(names)
+        assert stop is None
+        return [e.name for e in changes.added], [e.name for e in changes.removed]
+
+    def state(self, name: str) -> tuple[str, str]:
+        s = self.loader.states[name]
+        return s.state, s.last_problem
+
+    def close(self) -> None:
+        for state in self.loader.states.values():
+            if state.entry is not None:
+                state.entry.mf.close()
+        for mf in self.loader._closing:
+            mf.close()
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Iterator[Loaded]:
+    lo = Loaded(tmp_path)
+    yield lo
+    lo.close()
+
+
+def test_files_are_served_in_name_order_first_come_first_served(
+    tmp_path: Path, loaded: Loaded
+) -> None:
+    """Two files serve the same name and ask for no cluster of their own: both are served
+    (files of one metric share it); what matters is the order the catalogue saw them."""
+    single(5, name="a").write(tmp_path / "b")
+    single(6, name="b").write(tmp_path / "a")
+    added, removed = loaded.consider("b", "a")
+    assert added == ["a", "b"] and removed == []
+    assert loaded.state("a") == (OK, "") and loaded.state("b") == (OK, "")
+    assert sorted(loaded.loader.catalogue.files) == ["a", "b"]
+
+
+def test_an_unchanged_entry_is_not_loaded_again(tmp_path: Path, loaded: Loaded) -> None:
+    single(5).write(tmp_path / "app")
+    assert loaded.consider() == (["app"], [])
+    entry = loaded.loader.states["app"].entry
+    assert loaded.consider() == ([], [])
+    assert loaded.loader.states["app"].entry is entry
+
+
+def test_a_rewritten_file_is_unserved_and_served_anew(tmp_path: Path, loaded: Loaded) -> None:
+    single(5).write(tmp_path / "app")
+    loaded.consider()
+    tmp = tmp_path / ".app.tmp"
+    single(5, value=9).write(tmp)
+    os.replace(tmp, tmp_path / "app")  # a new inode under the name
+    assert loaded.consider("app") == (["app"], ["app"])
+
+
+def test_a_gone_entry_is_forgotten(tmp_path: Path, loaded: Loaded) -> None:
+    single(5).write(tmp_path / "app")
+    loaded.consider()
+    (tmp_path / "app").unlink()
+    assert loaded.consider("app") == ([], ["app"])
+    assert "app" not in loaded.loader.states
+
+
+def test_a_hard_link_is_refused_until_its_file_goes(tmp_path: Path, loaded: Loaded) -> None:
+    single(5).write(tmp_path / "a")
+    os.link(tmp_path / "a", tmp_path / "b")
+    assert loaded.consider() == (["a"], [])
+    state, problem = loaded.state("b")
+    assert state == REFUSED
+    assert problem == f"{tmp_path}/b: file: same file as a (hard link), file not served"
+    (tmp_path / "a").unlink()
+    assert loaded.consider("a") == ([], ["a"])  # b is looked at again ...
+    assert loaded.consider("b") == (["b"], [])  # ... and served
+    assert loaded.state("b") == (OK, "")
+
+
+def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: Path) -> None:
+    size = len(single(5).build().data)
+    lo = Loaded(tmp_path, max_total=size * 2)
+    try:
+        for name, cluster in (("a", 5), ("b", 6), ("c", 7)):
+            single(cluster).write(tmp_path / name)
+        assert lo.consider() == (["a", "b"], [])
+        state, problem = lo.state("c")
+        assert state == REFUSED
+        assert problem == (
+            f"{tmp_path}/c: file size {size}: the served files would hold more than "
+            f"{size * 2} bytes (--max-total), file not served"
+        )
+        assert lo.loader._starved == {"c"}  # the scanner retries it when a file leaves
+        unchanged = lo.loader.states["c"].key
+        assert lo.consider("c") == ([], [])  # as it was: not looked at again
+        (tmp_path / "a").unlink()
+        lo.consider("a")
+        lo.loader.states["c"].key = unchanged  # the same stat: a retry must not look at it
+        assert lo.consider("c") == ([], [])
+        lo.loader.states["c"].key = UNSEEN  # what the scanner's retry of starved files does
+        assert lo.consider("c") == (["c"], [])
+        assert lo.loader._starved == set()
+    finally:
+        lo.close()
+
+
+def test_a_file_not_written_yet_is_not_ready(tmp_path: Path, loaded: Loaded) -> None:
+    (tmp_path / "empty").write_bytes(b"")
+    assert loaded.consider() == ([], [])
+    state, problem = loaded.state("empty")
+    assert state == NOT_READY
+    assert problem.endswith("file.size at offset 0: size 0, not written yet")
+    single(5).write(tmp_path / "empty")
+    loaded.loader.states["empty"].key = UNSEEN  # its retry is due (the backoff's part)
+    assert loaded.consider("empty") == (["empty"], [])
+
+
+def test_past_the_deadline_the_first_name_not_reached_is_returned(
+    tmp_path: Path, loaded: Loaded
+) -> None:
+    for k in range(3):
+        single(5 + k).write(tmp_path / f"f{k}")
+    changes, stop = loaded.loader._consider(["f0", "f1", "f2"], deadline=0.0)
+    assert stop == "f1"  # one entry is looked at whatever the deadline
+    assert [e.name for e in changes.added] == ["f0"]
+    changes, stop = loaded.loader._consider(["f1", "f2"])
+    assert stop is None and [e.name for e in changes.added] == ["f1", "f2"]
