@@ -1,6 +1,9 @@
 """The README and docs/: every relative link names a file of the repository and, with
 ``#anchor``, a heading of that file (GitHub's anchors); the README stays a user's page
-(under 300 lines: the reference lives in docs/)."""
+(under 300 lines: the reference lives in docs/); neither names the project's issues by
+number ("issue 17", "(issues 16, 17)"): a reader has no tracker to look them up in, and
+the text must say what it means (another project's issue, "PCP issue #2418", is a
+reference and stays)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 CHECKOUT = Path(__file__).resolve().parents[2]
 PAGES = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+ISSUE = re.compile(r"\b[Ii]ssues? \d+(?:(?:, | and )\d+)*")
 
 
 def anchors(page: Path) -> set[str]:
@@ -40,3 +44,18 @@ def test_relative_links_resolve(page: Path) -> None:
 def test_the_readme_is_a_users_page() -> None:
     lines = (CHECKOUT / "README.md").read_text().splitlines()
     assert len(lines) < 300, len(lines)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
+def test_no_issue_numbers(page: Path) -> None:
+    found = [
+        f"{page.name}:{n}: {m.group(0)}"
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        for m in ISSUE.finditer(line)
+    ]
+    assert not found, found
+
+
+def test_the_issue_pattern_finds_what_it_should() -> None:
+    found = ISSUE.findall("as issue 17 asks (issues 16, 17; issues 5 and 6); PCP issue #2418")
+    assert found == ["issue 17", "issues 16, 17", "issues 5 and 6"]

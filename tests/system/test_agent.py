@@ -232,6 +232,20 @@ def test_strict_drop_in_has_the_c_agent_s_control_metrics(
 
 
 @pytest.mark.pmcd
+def test_control_files_counts_the_files_served(start: Start, private_mmv_dir: Path) -> None:
+    """docs/differences.md ``mmv.control.files``: the C agent counts the files it mapped, a
+    file none of whose metrics it serves too; pmda-mmv the files it serves (ok or partial)."""
+    publish(private_mmv_dir / "good", single(5, 1))
+    publish(private_mmv_dir / "client-123", single(6, 2))  # not a name component: refused
+    c = start(c_agent(private_mmv_dir.parent))
+    ours = start(our_agent(private_mmv_dir))
+    assert "mmv.good.v" in names(c) and "mmv.good.v" in names(ours)
+    assert not any("client" in n for n in names(c) | names(ours))
+    assert c.fetch("mmv.control.files") == {None: "2"}
+    assert ours.fetch("mmv.control.files") == {None: "1"}
+
+
+@pytest.mark.pmcd
 def test_control_debug_follows_the_debug_option(start: Start, private_mmv_dir: Path) -> None:
     """``-D appl0,pdu``: ``mmv.control.debug`` shows it as the C agent's does (PCP 6: the
     legacy pmDebug bits; PCP 7: the options)."""
