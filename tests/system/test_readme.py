@@ -210,3 +210,31 @@ def test_the_check_example_is_what_check_prints(tmp_path: Path) -> None:
     )
     assert out.returncode == 1  # not every file is ok
     assert out.stdout.replace(str(directory), "/tmp/vdemo").splitlines() == wanted
+
+
+# -- the command's synopsis ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["pmda", "debug", "check", "dump", "prune"])
+def test_the_synopsis_lists_every_option(command: str) -> None:
+    """The README's ``pmda-mmv`` synopsis names every option ``pmda-mmv COMMAND --help``
+    does (``--max-total`` was missing once)."""
+    text = README.read_text()
+    start = text.index("```\npmda-mmv pmda ")
+    synopsis = text[start : text.index("```\n", start + 4)]
+    entries = re.split(r"\n(?=\S)", synopsis)  # a line and its continuation lines
+    mine = [e for e in entries if e.startswith(f"pmda-mmv {command} ")]
+    assert len(mine) == 1, mine
+    shown = set(re.findall(r"--[a-z][a-z-]+", mine[0]))
+    if "SERVING" in mine[0]:
+        serving = synopsis[synopsis.index("SERVING:") :]
+        shown |= set(re.findall(r"--[a-z][a-z-]+", serving))
+    usage = subprocess.run(
+        [sys.executable, "-m", "pmda_mmv", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+    ).stdout
+    wanted = set(re.findall(r"--[a-z][a-z-]+", usage[: usage.index("\n\n")])) - {"--help"}
+    assert wanted and wanted == shown, (wanted - shown, shown - wanted)
