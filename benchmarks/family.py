@@ -2,7 +2,7 @@
 departed members' files beside them (issue 24; docs/families.md).
 
 ``--members`` files (default 200) of ``--metrics`` singular metrics each (default 100,
-counters and instants alternately), written with tests/mmvbuild.py, served by pmda-mmv with
+counters and instants alternately), written with tests/support/mmvbuild.py, served by pmda-mmv with
 ``--family bench=member_*``.  Timed, round robin, median of ``--rounds``:
 
 * ``family``: one pmFetch of the family's metrics (``mmv.bench.*``);
@@ -37,8 +37,8 @@ from pcp.pmapi import pmErr
 from benchmarks import agents
 from benchmarks.client import Client
 from pmda_mmv.mmvfile import layout
-from tests import mmvbuild
-from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
+from tests.support import mmvbuild
+from tests.support.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FAMILY = "bench=member_*"

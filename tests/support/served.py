@@ -15,12 +15,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cpmapi as c_api
 import psutil
 import pytest
+from pcp import pmapi
 
 from tests.support import mmvbuild
 from tests.support.mmvbuild import MmvBuilder
@@ -212,3 +215,34 @@ def scratch_in(agent: Agent) -> Iterator[Scratch]:
     yield s
     s.cleanup()
     agent.assert_alive()
+
+
+QUICK = 1.0  # seconds a good file's request may take
+
+
+def wait_served(s: Served, count: int, requests: int = 400) -> None:
+    """Requests until ``count`` files are served (mmv.control.files)."""
+    for _ in range(requests):
+        out = s.pmcd.run("pmprobe", "-v", "mmv.control.files").stdout.split()
+        if out[-1] == str(count):
+            return
+    pytest.fail(f"served files: {out}")
+
+
+class Client:
+    """A PMAPI context on ``pmcd`` with ``names`` looked up: :meth:`fetch` times one
+    pmFetch (one request to the agent)."""
+
+    def __init__(self, pmcd: PrivatePmcd, *names: str) -> None:
+        self.ctx = pmapi.pmContext(c_api.PM_CONTEXT_HOST, pmcd.host)
+        self.pmids = self.ctx.pmLookupName(list(names))
+
+    def fetch(self) -> tuple[float, list[int]]:
+        """One pmFetch: its duration and each metric's number of values (negative: an
+        error code)."""
+        start = time.monotonic()
+        result = self.ctx.pmFetch(self.pmids)
+        took = time.monotonic() - start
+        counts = [result.contents.get_numval(k) for k in range(len(self.pmids))]
+        self.ctx.pmFreeResult(result)
+        return took, counts

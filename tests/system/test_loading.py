@@ -17,19 +17,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import cpmapi as c_api
 import psutil
 import pytest
-from pcp import pmapi
 
 from tests.support import hostile, mmvbuild
 from tests.support.commands import pmda_mmv
 from tests.support.mmvbuild import new_generation
 from tests.support.pmcd import AgentSpec, PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.support.served import GOOD, Served, agent_pids, serve
+from tests.support.served import GOOD, QUICK, Client, Served, agent_pids, serve, wait_served
 
 BIG = (80, 12_500)  # metrics x instances: 1M values, 33 MB, about 0.2 s to load here
-QUICK = 1.0  # seconds a good file's request may take
 TRY_AGAIN = 10.0  # seconds from an agent's start to its first answer (interpreter
 # included; 1.0-2.2 s here, up to 6.2 s on a loaded machine; main before issue 28: 7.8-16 s,
 # so the test's structural check is that the agent answers before every file is loaded)
@@ -38,34 +35,6 @@ TRY_AGAIN = 10.0  # seconds from an agent's start to its first answer (interpret
 @pytest.fixture(scope="module")
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     yield from serve(request)
-
-
-def wait_served(s: Served, count: int, requests: int = 400) -> None:
-    """Requests until ``count`` files are served (mmv.control.files)."""
-    for _ in range(requests):
-        out = s.pmcd.run("pmprobe", "-v", "mmv.control.files").stdout.split()
-        if out[-1] == str(count):
-            return
-    pytest.fail(f"served files: {out}")
-
-
-class Client:
-    """A PMAPI context on ``pmcd`` with ``names`` looked up: :meth:`fetch` times one
-    pmFetch (one request to the agent)."""
-
-    def __init__(self, pmcd: PrivatePmcd, *names: str) -> None:
-        self.ctx = pmapi.pmContext(c_api.PM_CONTEXT_HOST, pmcd.host)
-        self.pmids = self.ctx.pmLookupName(list(names))
-
-    def fetch(self) -> tuple[float, list[int]]:
-        """One pmFetch: its duration and each metric's number of values (negative: an
-        error code)."""
-        start = time.monotonic()
-        result = self.ctx.pmFetch(self.pmids)
-        took = time.monotonic() - start
-        counts = [result.contents.get_numval(k) for k in range(len(self.pmids))]
-        self.ctx.pmFreeResult(result)
-        return took, counts
 
 
 @pytest.mark.pmcd

@@ -17,7 +17,7 @@ from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 from pmda_mmv.namespace.registry import Registry
-from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 
 STRANGER = 65534
 COUNT = 1 << 20  # pmUnits count^1

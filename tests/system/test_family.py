@@ -1,5 +1,5 @@
 """Families (docs/families.md, issue 24) through a private pmcd: a real pre-fork writer
-(tests/writers/family_prefork.py, python3-pcp ``pcp.mmv`` under /usr/bin/python3) whose
+(tests/support/writers/family_prefork.py, python3-pcp ``pcp.mmv`` under /usr/bin/python3) whose
 workers are killed and restarted, served as one tree ``mmv.websrv.*``."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from pmda_mmv.mmvfile.layout import GENERATION, GENERATION_OFFSET, HEADER
-from tests.pmcd import CHECKOUT, PrivatePmcd, our_agent
+from tests.support.pmcd import CHECKOUT, PrivatePmcd, our_agent
 
 pytestmark = pytest.mark.pmcd
 

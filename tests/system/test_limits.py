@@ -27,10 +27,10 @@ from pmda_mmv.mmvfile.parse import strings
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
-from tests import hostile
-from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
-from tests.test_bounded import GOOD, Served, pmda_mmv, serve
-from tests.test_bounded3 import QUICK, Client, wait_served
+from tests.support import hostile
+from tests.support.commands import pmda_mmv
+from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+from tests.support.served import GOOD, QUICK, Client, Served, serve, wait_served
 
 
 @pytest.fixture(scope="module")
