@@ -43,7 +43,7 @@ from tests.support.pmcd import PrivatePmcd, make_dir, our_agent
 
 RESULTS = Path(__file__).parent / "results"
 REPO = Path(__file__).resolve().parents[1]
-NAMESPACED = Path(__file__).resolve().parents[1] / "tests" / "writers" / "namespaced.py"
+NAMESPACED = Path(__file__).resolve().parents[1] / "tests" / "support" / "writers" / "namespaced.py"
 PYTHON = "/usr/bin/python3"  # python3-pcp's
 WARMUP = 2.0
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]

@@ -24,7 +24,7 @@ from tests.support.pmcd import CHECKOUT, PrivatePmcd, our_agent
 pytestmark = pytest.mark.pmcd
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-WRITER = CHECKOUT / "tests" / "writers" / "family_prefork.py"
+WRITER = CHECKOUT / "tests" / "support" / "writers" / "family_prefork.py"
 WORKERS = 4
 RECYCLES = 20
 ARCHIVE_SECONDS = 30  # the issue asks for 60 s; 30 s covers the 20 recycles and the restart
