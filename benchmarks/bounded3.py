@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from tests.mmvbuild import Indom, Metric, MmvBuilder, Value
-from tests.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
+from tests.support.mmvbuild import Indom, Metric, MmvBuilder, Value
+from tests.support.pmcd import PrivatePmcd, c_agent, make_dir, our_agent
 
 
 def empty_indoms(mmv_dir: Path, files: int = 200, indoms: int = 2047) -> None:

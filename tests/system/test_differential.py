@@ -67,7 +67,7 @@ pytestmark = pytest.mark.pmcd
 LARGE_INSTANCES = 5000  # capi-large*: 2 x 5000 values (the C agent's fetch is quadratic)
 CLIENT_ENV = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMCD_PORT")}
 
-# ---- real writers: libpcp_mmv's registry API (tests.support.writers.libpcp_mmv) --------------------
+# ---- real writers: libpcp_mmv's registry API (tests.support.writers.libpcp_mmv) ------------
 
 NONE_UNITS, COUNT = 0, layout.units_word(dim_count=1)
 U32, I32, U64, FLOAT, DOUBLE = (

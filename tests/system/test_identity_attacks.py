@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.namespace.numbering import INDOM_MASK, PROBES, derived_indom
-from tests.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
-from tests.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent
-from tests.test_identity import Writers, identities, served
-from tests.test_identity import writers as writers  # the fixture
+from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent
+from tests.system.test_identity import Writers, identities, served
+from tests.system.test_identity import writers as writers  # the fixture
 
 pytestmark = pytest.mark.pmcd
 

@@ -4,7 +4,7 @@ private pmcd.
 Each container is ``unshare --mount --pid --fork --mount-proc`` with a private tmpfs over
 its ``/var/lib/pcp/tmp`` (the container's ``$PCP_TMP_DIR``, from the host's pcp.conf the
 container shares), so its ``mmv`` directory exists in its mount namespace only; its writer
-is python3-pcp's ``pcp.mmv`` (tests/writers/namespaced.py) at PID 1 there.  The agent must
+is python3-pcp's ``pcp.mmv`` (tests/support/writers/namespaced.py) at PID 1 there.  The agent must
 find it, serve it as ``mmv.containers.<container>.<file>``, refuse anything that leads out
 of the container's root, drop the container's files when it ends, and never move the host's
 files' PMIDs.
@@ -23,10 +23,10 @@ import psutil
 import pytest
 
 from pmda_mmv.directory.liveness import cgroup_of, container_of
-from tests import mmvbuild
-from tests.pmcd import kept_dir
-from tests.test_containers import CONTAINER_ID, NAMESPACED, PYTHON, cgroup  # noqa: F401
-from tests.test_hardening import Agent, start_agent
+from tests.support import mmvbuild
+from tests.support.pmcd import kept_dir
+from tests.support.served import Agent, start_agent
+from tests.system.test_containers import CONTAINER_ID, NAMESPACED, PYTHON, cgroup  # noqa: F401
 
 pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
 

@@ -15,8 +15,8 @@ from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
-from tests import mmvbuild
-from tests.test_family_rules import World, _changes, member
+from tests.support import mmvbuild
+from tests.unit.namespace.test_family import World, _changes, member
 
 
 def test_open_beneath_never_follows_a_symlink_nor_dotdot(tmp_path: Path) -> None:
