@@ -5,7 +5,7 @@ number over a pair that overflows; none only when every number is taken."""
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 
 import pytest
 
@@ -17,6 +17,8 @@ from pmda_mmv.namespace.numbering import (
     derived_indom,
     packs,
 )
+
+SECRET = b"sixteen byte key"
 
 
 class Everything:
@@ -49,63 +51,70 @@ def test_packs_says_which_pairs_keep_their_c_number(
 
 
 def test_derived_indom_is_stable_and_within_the_serials() -> None:
-    """The same in every agent process (CRC-32 of name and serial), never 0 (the status
-    indom's), at most INDOM_MASK."""
-    assert derived_indom("app", 3) == zlib.crc32(b"app\x003") % INDOM_MASK + 1
-    numbers = {derived_indom(f"f{k}", s) for k in range(200) for s in (0, 1, 4095)}
+    """The same for the same secret (a keyed BLAKE2b of name and serial), another under
+    another secret (no other user can predict it), never 0 (the status indom's), at most
+    INDOM_MASK."""
+    digest = hashlib.blake2b(b"app\x003", digest_size=8, key=SECRET).digest()
+    assert derived_indom("app", 3, SECRET) == int.from_bytes(digest, "little") % INDOM_MASK + 1
+    assert derived_indom("app", 3, b"another key") != derived_indom("app", 3, SECRET)
+    numbers = {derived_indom(f"f{k}", s, SECRET) for k in range(200) for s in (0, 1, 4095)}
     assert all(1 <= n <= INDOM_MASK for n in numbers)
     assert len(numbers) > 590  # spread: 600 pairs, hardly any alike
-    assert derived_indom("caf\udce9", 1) == derived_indom("caf\udce9", 1)  # undecodable names
+    assert derived_indom("caf\udce9", 1, SECRET) == derived_indom(
+        "caf\udce9", 1, SECRET
+    )  # undecodable names
 
 
 def test_the_c_number_when_free() -> None:
-    assert choose_indom("app", 3, 5, None, set(), set()) == c_indom(3, 5)
+    assert choose_indom("app", 3, 5, None, set(), set(), SECRET) == c_indom(3, 5)
 
 
 def test_the_number_held_before_wins_over_the_c_number() -> None:
-    assert choose_indom("app", 3, 5, 777, set(), set()) == 777
+    assert choose_indom("app", 3, 5, 777, set(), set(), SECRET) == 777
 
 
 def test_a_number_held_before_but_taken_is_not_kept() -> None:
-    assert choose_indom("app", 3, 5, 777, {777}, set()) == c_indom(3, 5)
+    assert choose_indom("app", 3, 5, 777, {777}, set(), SECRET) == c_indom(3, 5)
 
 
 def test_a_taken_c_number_gives_the_derived_number() -> None:
     taken = {c_indom(3, 5)}
-    assert choose_indom("app", 3, 5, None, taken, set()) == derived_indom("app", 5)
+    assert choose_indom("app", 3, 5, None, taken, set(), SECRET) == derived_indom("app", 5, SECRET)
 
 
 def test_an_overflowing_pair_yields_the_c_number_a_lossless_pair_wants() -> None:
     """cluster 2051 serial 5 aliases cluster 3 serial 5: the lossless pair keeps it."""
     wanted = {c_indom(3, 5)}
     assert c_indom(2051, 5) == c_indom(3, 5)
-    assert choose_indom("big", 2051, 5, None, set(), wanted) == derived_indom("big", 5)
-    assert choose_indom("small", 3, 5, None, set(), wanted) == c_indom(3, 5)
+    assert choose_indom("big", 2051, 5, None, set(), wanted, SECRET) == derived_indom(
+        "big", 5, SECRET
+    )
+    assert choose_indom("small", 3, 5, None, set(), wanted, SECRET) == c_indom(3, 5)
 
 
 def test_c_number_zero_is_never_given() -> None:
     """Serial 0 is the agent's own (the status indom): cluster 0 serial 0 gets another."""
-    assert choose_indom("app", 0, 0, None, set(), set()) == derived_indom("app", 0)
+    assert choose_indom("app", 0, 0, None, set(), set(), SECRET) == derived_indom("app", 0, SECRET)
 
 
 def test_the_search_probes_on_from_the_derived_number() -> None:
-    start = derived_indom("app", 5)
+    start = derived_indom("app", 5, SECRET)
     taken = {c_indom(3, 5), start, start % INDOM_MASK + 1}
-    assert choose_indom("app", 3, 5, None, taken, set()) == (start + 1) % INDOM_MASK + 1
+    assert choose_indom("app", 3, 5, None, taken, set(), SECRET) == (start + 1) % INDOM_MASK + 1
 
 
 def test_past_the_probes_any_free_number_is_given() -> None:
     """Another user's files can fill the window a name predicts: any free number then."""
-    start = derived_indom("app", 5)
+    start = derived_indom("app", 5, SECRET)
     far = (start - 1 + PROBES + 10) % INDOM_MASK + 1
-    assert choose_indom("app", 3, 5, None, Everything(far), set()) == far
+    assert choose_indom("app", 3, 5, None, Everything(far), set(), SECRET) == far
 
 
 def test_a_wanted_number_is_given_last() -> None:
-    start = derived_indom("app", 5)
+    start = derived_indom("app", 5, SECRET)
     only = (start - 1 + PROBES + 20) % INDOM_MASK + 1
-    assert choose_indom("app", 3, 5, None, Everything(only), {only}) == only
+    assert choose_indom("app", 3, 5, None, Everything(only), {only}, SECRET) == only
 
 
 def test_none_when_every_number_is_taken() -> None:
-    assert choose_indom("app", 3, 5, None, Everything(), set()) is None
+    assert choose_indom("app", 3, 5, None, Everything(), set(), SECRET) is None
