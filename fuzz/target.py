@@ -21,7 +21,8 @@ from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import Changed, MmvError
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import name_problem
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.served import FileEntry
 
 PCP_INT_RANGE: Final = {
     layout.TYPE_I32: (-(1 << 31), (1 << 31) - 1),

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pmda_mmv.namespace.catalogue import ServedMetric
 from pmda_mmv.namespace.family import Family
+from pmda_mmv.namespace.served import ServedMetric
 
 Built = tuple[dict[int, Any] | list[Any], dict[int, Any]]
 Table = Callable[[], "Built | None"]

@@ -21,9 +21,10 @@ from pmda_mmv.directory.scanner import (
 )
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
-from pmda_mmv.namespace.catalogue import Catalogue, Log
+from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
+from pmda_mmv.namespace.served import Log
 
 
 @dataclass(frozen=True)

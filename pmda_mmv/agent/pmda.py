@@ -33,8 +33,9 @@ from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
+from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.registry import Registry
+from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 
 __all__ = ["MmvPMDA", "Options", "main", "parse_args"]
 

@@ -27,14 +27,9 @@ from pmda_mmv.directory.scanner import Changes, FileState
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
 from pmda_mmv.mmvfile.errors import Changed
-from pmda_mmv.namespace.catalogue import (
-    CONTROL_CLUSTER,
-    Catalogue,
-    FileEntry,
-    ServedIndom,
-    ServedMetric,
-)
+from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
+from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry, ServedIndom, ServedMetric
 
 Log = Callable[[str], None]
 Values = dict[int, Any] | list[Any]

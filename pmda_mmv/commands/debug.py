@@ -33,7 +33,8 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import MmvError
 from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, ServedMetric
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 
 def say(out: TextIO, line: str = "") -> None:

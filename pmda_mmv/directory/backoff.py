@@ -21,7 +21,7 @@ from pmda_mmv.directory.filestate import NOT_READY, FileState
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError, NotReady
 from pmda_mmv.mmvfile.parse.header import read_header
-from pmda_mmv.namespace.catalogue import Log
+from pmda_mmv.namespace.served import Log
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries

@@ -11,7 +11,7 @@ from typing import Final
 
 from pmda_mmv.directory.liveness import Writer
 from pmda_mmv.mmvfile.errors import MmvError
-from pmda_mmv.namespace.catalogue import FileEntry
+from pmda_mmv.namespace.served import FileEntry
 
 OK: Final = "ok"
 PARTIAL: Final = "partial"

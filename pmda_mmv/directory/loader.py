@@ -41,7 +41,8 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError, NotReady
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable, with_labels
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log, remember, used_indoms
+from pmda_mmv.namespace.catalogue import Catalogue, used_indoms
+from pmda_mmv.namespace.served import FileEntry, Log, remember
 
 Inode = tuple[int, int]
 

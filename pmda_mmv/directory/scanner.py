@@ -57,7 +57,8 @@ from pmda_mmv.directory.liveness import exit_reason, running
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, Log
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.served import FileEntry, Log
 
 MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
 MAX_NAMES: Final = 500_000

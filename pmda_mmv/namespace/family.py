@@ -37,9 +37,10 @@ from typing import Any, Final
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
-from pmda_mmv.namespace.catalogue import Catalogue, FileEntry, ServedIndom, ServedMetric
+from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registry import Key
+from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PM_SEM_COUNTER: Final = 1
 PM_IN_NULL: Final = 0xFFFFFFFF

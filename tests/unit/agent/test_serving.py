@@ -18,7 +18,8 @@ from pmda_mmv.agent.serving import PM_IN_NULL, Held, Plan, Serving, key
 from pmda_mmv.directory.scanner import Changes, Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
-from pmda_mmv.namespace.catalogue import CONTROL_CLUSTER, Catalogue, FileEntry
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 from tests.support import mmvbuild as mb
 from tests.support.mmvbuild import MmvBuilder, publish, sample, single
 

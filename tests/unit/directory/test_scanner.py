@@ -26,8 +26,9 @@ from pmda_mmv.directory.filestate import (
 )
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.namespace import catalogue
-from pmda_mmv.namespace.catalogue import MAX_CHILDREN, Catalogue
+from pmda_mmv.namespace import numbering, served
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.nametree import MAX_CHILDREN
 from tests.support.mmvbuild import (
     Indom,
     Instance,
@@ -229,7 +230,7 @@ def test_not_ready_retries_per_request_are_bounded_new_files_first(d: Dir) -> No
 def test_status_instance_ids_are_never_reused_and_departed_names_bounded(
     d: Dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(catalogue, "REMEMBERED", 4)
+    monkeypatch.setattr(served, "REMEMBERED", 4)
     one().write(d.path / "stays")
     d.refresh()
     ids = [d.scanner.states["stays"].instance]
@@ -497,7 +498,7 @@ def test_changes_extend_with_many_removed_and_added_keeps_the_right_entries() ->
     from typing import cast
 
     from pmda_mmv.directory.filestate import Changes
-    from pmda_mmv.namespace.catalogue import FileEntry
+    from pmda_mmv.namespace.served import FileEntry
 
     def entries(n: int) -> list[FileEntry]:
         return [cast(FileEntry, object()) for _ in range(n)]
@@ -553,9 +554,9 @@ def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
     victim.indoms.append(Indom(1, [Instance(0, "only")]))
     victim.metrics.append(Metric("m", 1, indom=1))
     victim.values.append(Value("m", 0, 5))
-    start = catalogue.derived_indom("victim", 1, d.scanner.catalogue.registry.secret)
+    start = numbering.derived_indom("victim", 1, d.scanner.catalogue.registry.secret)
     squat = MmvBuilder(cluster=2048, version=2)
-    numbers = {(3 << 11) | 1} | {(start - 1 + k) % catalogue.INDOM_MASK + 1 for k in range(4096)}
+    numbers = {(3 << 11) | 1} | {(start - 1 + k) % numbering.INDOM_MASK + 1 for k in range(4096)}
     squat.indoms += [Indom(n) for n in sorted(numbers)]
     squat.write(d.path / "squat")
     d.refresh()

@@ -10,9 +10,11 @@ import pytest
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace import catalogue, nametree
-from pmda_mmv.namespace.catalogue import PM_SEM_COUNTER, PM_TYPE_64, Catalogue, c_indom
+from pmda_mmv.namespace import nametree, numbering, served
+from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.numbering import c_indom
 from pmda_mmv.namespace.registry import Registry
+from pmda_mmv.namespace.served import PM_SEM_COUNTER, PM_TYPE_64
 from tests.support.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
@@ -192,7 +194,7 @@ def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) ->
     assert p is not None and q is not None
     assert p.indoms[4097].serial == 6145 and q.indoms[1].serial not in (0, 6145)
     mine = q.indoms[1].serial
-    assert mine == catalogue.derived_indom("q", 1, cat.registry.secret)  # not load-order dependent
+    assert mine == numbering.derived_indom("q", 1, cat.registry.secret)  # not load-order dependent
     for _ in range(3):  # q's writer restarts, p goes and comes back
         cat.remove("q")
         cat.remove("p")
@@ -208,7 +210,7 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     wanted = cat.wanted_indoms(files)
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
-    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == catalogue.derived_indom(
+    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == numbering.derived_indom(
         "p", 4097, cat.registry.secret
     )
 
@@ -363,13 +365,13 @@ def test_files_sharing_a_metric_are_kept_in_name_order_by_binary_search(
     b.values.append(Value("shared.v", 0, 1))
     b.write(tmp_path / "image")
     reads = [0]
-    by_file = catalogue._by_file
+    by_file = served._by_file
 
-    def counted(x: catalogue._FromFile) -> str:
+    def counted(x: served._FromFile) -> str:
         reads[0] += 1
         return by_file(x)
 
-    monkeypatch.setattr(catalogue, "_by_file", counted)
+    monkeypatch.setattr(served, "_by_file", counted)
     count = 400
     names = [f"w{(k * 7919) % count:04d}" for k in range(count)]  # not in name order
     cat = Catalogue()
