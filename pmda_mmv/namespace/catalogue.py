@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Final
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Instance
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import merge_labels, name_problem, printable
+from pmda_mmv.namespace import spill
+from pmda_mmv.namespace.clusters import Clusters
 from pmda_mmv.namespace.nametree import NameTree
 from pmda_mmv.namespace.numbering import c_indom, choose_indom, packs
-from pmda_mmv.namespace.registry import Key, Registry, describe
+from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import (
     FileEntry,
     Log,
@@ -53,11 +54,6 @@ from pmda_mmv.namespace.served import (
     served_metric,
     unlink,
 )
-
-SPILL_CAP: Final = 2 * layout.MAX_ENTRIES[layout.TOC_METRICS]
-"""Spilled metric names remembered per file (present ones always): past this the oldest
-departed names are forgotten, and their PMIDs may be given again."""
-ITEMS: Final = layout.MAX_ITEM + 1
 
 
 class Catalogue:
@@ -84,18 +80,15 @@ class Catalogue:
         benign: Log = info or sink
         self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
         self.registry = registry if registry is not None else Registry()
-        self.identity = ""  # why the last choose_cluster moved a file (FileEntry.identity)
-        self._evicted = ""  # the eviction the last choose_cluster made, as a note
-        self._free_below = 1  # the lowest cluster that may be neither served nor held
-        self._released = self.registry.released
+        self.clusters = Clusters(
+            self.registry, self.log, self.info, self.shareable, self._served_to
+        )
+        self.owners = self.clusters.owners  # cluster -> (owner uid, files)
+        self.spill_owner = self.clusters.spill_owner  # spill cluster -> its file
         self.refusal = ""  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
-        self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
-        self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
-        self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
-        # search starts there (from 1, N such files cost N^2 / 2 steps)
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
         self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
@@ -110,111 +103,15 @@ class Catalogue:
 
     # -- clusters
 
-    def choose_cluster(self, mf: MmvFile, requested: set[int]) -> int | None:
-        """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
-        ``requested`` holds clusters other files in the directory ask for.  None when all
-        4095 are served.  :attr:`identity` says why a file is not served where it asked."""
-        taken, registry = self.owners, self.registry
-        key: Key = (mf.name, mf.uid)
-        asked = mf.header.cluster
-        record = registry.get(key)
-        self.identity = ""
-        if record is not None and asked in (0, record.asked):
-            own = record.cluster  # a returning name: its own cluster, whoever asks for it
-            if own not in taken or self.shareable(mf, own):
-                if record.note:  # moved when it first came: said again, not logged
-                    self.identity = record.note
-                elif asked and own != asked:
-                    self.identity = self._moved(mf, asked, own)
-                return own
-        if asked:
-            if asked in taken:
-                if self.shareable(mf, asked):
-                    return asked
-            else:
-                holders = self.registry.holders(asked, key)
-                if not holders or self._rejoins(mf, asked, holders):
-                    return asked
-            if record is not None and record.cluster not in taken:
-                self.identity = self._moved(mf, asked, record.cluster)
-                return record.cluster  # asks for another cluster it cannot have: keeps its own
-        self._evicted = ""
-        c = self._free_cluster(requested)
-        if c is None:
-            return None
-        if asked:
-            self.identity = self._moved(mf, asked, c)
-            self.info(f"{mf.path}: {layout.header_field('cluster')}: {self.identity}")
-        if self._evicted:
-            self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
-        return c
-
-    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
-        """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
-        if asked in self.owners:
-            holder = self.spill_owner.get(asked) or next(
-                (e.name for e in self.files.values() if e.cluster == asked), "?"
-            )
-            who = f"served to {holder}"
-        else:
-            holders = self.registry.holders(asked, (mf.name, mf.uid))
-            who = f"held by {describe(holders[0])} (departed)" if holders else "free now"
-        return f"asked for cluster {asked}, {who}: served as cluster {cluster}"
-
-    def _rejoins(self, mf: MmvFile, cluster: int, holders: list[Key]) -> bool:
-        """Whether ``mf`` may take ``cluster``, held by departed ``holders`` only: a
-        NOPREFIX file of the same owner rejoining the NOPREFIX files of one application
-        that asked for that cluster (their processes come and go, PCP QA 648)."""
-        if not mf.header.noprefix:
-            return False
-        for key in holders:
-            record = self.registry.get(key)
-            if record is None or key[1] != mf.uid or not record.noprefix:
-                return False
-            if record.asked != cluster:
-                return False
-        return True
-
-    def _free_cluster(self, requested: set[int]) -> int | None:
-        """The lowest cluster neither served nor held by a remembered name, preferring
-        those no other file of the directory asks for; when none, the longest-departed
-        holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
-        taken, registry = self.owners, self.registry
-        if registry.released != self._released:  # a held cluster was freed: search again
-            self._released, self._free_below = registry.released, 1
-        # clusters below it are all served, or held by a remembered name (N newcomers past
-        # N departed names' clusters cost N steps, not N^2 / 2)
-        first = max(self._taken_below, self._free_below)
-        fallback = None
-        for c in range(first, layout.MAX_CLUSTER + 1):
-            if c in taken or registry.cluster_held(c):
-                continue
-            if fallback is None:
-                fallback = self._free_below = c
-            if c not in requested:
-                return c
-        if fallback is not None:
-            return fallback
-        self._free_below = layout.MAX_CLUSTER + 1
-        evicted = registry.evict_cluster(lambda c: c not in taken)
-        if evicted is None:
-            return None
-        cluster, gone = evicted
-        line = (
-            f"identity registry: every cluster is served or remembered: cluster {cluster} "
-            f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
-        )
-        registry.note_eviction(line)
-        self.log(line)
-        held = ", ".join(describe(k) for k in gone)
-        self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
-        return cluster
+    def _served_to(self, cluster: int) -> str:
+        """The first file served under ``cluster`` (as its own), or "?"."""
+        return next((e.name for e in self.files.values() if e.cluster == cluster), "?")
 
     def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
         """Serve ``cluster`` (None: a free one, as for a file asking for none) to a family
         (namespace/family.py) called ``holder``: no file may share it (as a spill cluster)."""
         if cluster is None:
-            cluster = self._free_cluster(set())
+            cluster = self.clusters.free(set())
         if cluster is not None:
             self.owners[cluster] = (uid, 1)
             self.spill_owner[cluster] = holder
@@ -222,9 +119,7 @@ class Catalogue:
 
     def release_cluster(self, cluster: int) -> None:
         """A family's ``cluster`` is served no more (its registry record still holds it)."""
-        self.owners.pop(cluster, None)
-        self.spill_owner.pop(cluster, None)
-        self._taken_below = min(self._taken_below, cluster)
+        self.clusters.give_back(cluster)
 
     def shareable(self, mf: MmvFile, cluster: int) -> bool:
         """Whether ``mf`` may join the files already serving ``cluster``, as the processes of
@@ -356,24 +251,21 @@ class Catalogue:
                 f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
                 f"({why}), file not served"
             )
-        cluster = self.choose_cluster(mf, requested or set())
+        cluster = self.clusters.choose(mf, requested or set())
         if cluster is None:
             self.starved = True
             return self._refuse_file(
                 f"{mf.path}: {layout.header_field('cluster')}: no free cluster, file not served"
             )
         entry = FileEntry(mf, cluster)
-        uid, count = self.owners.get(cluster, (mf.uid, 0))
-        self.owners[cluster] = (uid, count + 1)
-        while self._taken_below in self.owners:
-            self._taken_below += 1
+        self.clusters.take(cluster, mf.uid)
         self._add_indoms(entry, wanted or set())
         self._spill(entry, requested or set())
         self._add_metrics(entry)
         entry.labels, entry.notes = merge_labels(
             mf.labels_for(layout.LABEL_CLUSTER, mf.header.cluster)
         )
-        entry.identity = self.identity
+        entry.identity = self.clusters.identity
         self.files[mf.name] = entry
         indoms = {serial: si.serial for serial, si in entry.indoms.items()}
         key = (mf.name, mf.uid)
@@ -408,42 +300,19 @@ class Catalogue:
         if not wanted and not known:
             return
         mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
-        spills = {n: ci for n, ci in known.items() if ci[0] not in mine}
-        excess = len(spills.keys() | set(wanted)) - SPILL_CAP
-        if excess > 0:  # the oldest departed names are forgotten
-            present = set(wanted)
-            departed = [n for n in spills if n not in present]
-            for n in departed[:excess]:
-                del spills[n]
-        used: dict[int, set[int]] = {}
-        for c, i in spills.values():
-            used.setdefault(c, set()).add(i)
-        order = list(used)
-        for name in wanted:
-            if name in spills:
-                continue
-            home = fnv1a32(name.encode("utf-8", "surrogateescape")) & layout.MAX_ITEM
-            cluster = next((c for c in order if len(used[c]) < ITEMS), None)
-            if cluster is None:
-                cluster = self._free_cluster(requested)
-                if cluster is None:
-                    why = f"metric {self._stem(mf)}.{name}: "
-                    self._refuse(entry, f"{why}no free spill cluster, metric not served")
-                    continue
-                order.append(cluster)
-                used[cluster] = set()
+
+        def free_cluster() -> int | None:
+            cluster = self.clusters.free(requested)
+            if cluster is not None:
                 self.owners[cluster] = (mf.uid, 1)  # reserved while the others are placed
-            taken = used[cluster]
-            item = next(i % ITEMS for i in range(home, home + ITEMS) if i % ITEMS not in taken)
-            taken.add(item)
-            spills[name] = (cluster, item)
-        entry.spills = spills
-        entry.spill_clusters = order
-        for c in order:
-            self.owners[c] = (mf.uid, 1)
-            self.spill_owner[c] = mf.name
-        while self._taken_below in self.owners:
-            self._taken_below += 1
+            return cluster
+
+        def refuse(name: str) -> None:
+            why = f"metric {self._stem(mf)}.{name}: "
+            self._refuse(entry, f"{why}no free spill cluster, metric not served")
+
+        entry.spills, entry.spill_clusters = spill.place(wanted, known, mine, free_cluster, refuse)
+        self.clusters.hold_spills(entry.spill_clusters, mf.uid, mf.name)
 
     def _refuse_file(self, why: str) -> FileEntry | None:
         """Log why a file is not served; returns None for ``add`` to return."""
@@ -458,18 +327,7 @@ class Catalogue:
             return None
         if self.on_remove is not None:  # before its descriptor is closed: its last counts
             self.on_remove(entry)
-        uid, count = self.owners[entry.cluster]
-        if count > 1:
-            self.owners[entry.cluster] = (uid, count - 1)
-        else:
-            del self.owners[entry.cluster]
-            self._taken_below = min(self._taken_below, entry.cluster)
-            self.freed += 1
-        for c in entry.spill_clusters:
-            del self.owners[c]
-            del self.spill_owner[c]
-            self._taken_below = min(self._taken_below, c)
-            self.freed += 1
+        self.freed += self.clusters.release(entry.cluster, entry.spill_clusters)
         for m in entry.metrics:
             if not unlink(self.sources, (m.cluster, m.item), m):
                 self.tree.release(m.name)
@@ -552,14 +410,6 @@ def used_indoms(mf: MmvFile) -> list[int]:
     over, in file order: the only ones served."""
     used = {m.indom for m in mf.metrics if m.indom is not None}
     return [serial for serial in mf.indoms if serial in used]
-
-
-def fnv1a32(data: bytes) -> int:
-    """32-bit FNV-1a of ``data``: the hash Speed and Hornet take items from."""
-    h = 0x811C9DC5
-    for b in data:
-        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
-    return h
 
 
 class _Used:

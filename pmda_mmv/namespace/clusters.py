@@ -1,0 +1,180 @@
+"""Which cluster each served file is served under, and the choice of one for a newcomer.
+
+The rules are the catalogue's (:mod:`~.catalogue`, the identity registry :mod:`~.registry`):
+a file's header cluster when it is free or shareable, a returning name's own, else the
+lowest free cluster, evicting the longest-departed holder when every cluster is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
+from pmda_mmv.namespace.registry import Key, Registry, describe
+from pmda_mmv.namespace.served import Log
+
+
+class Clusters:
+    """The clusters held by served files: ``owners`` (cluster -> (owner uid, files)) and
+    ``spill_owner`` (spill cluster -> the file it is served to).  ``shareable(mf, c)`` says
+    whether ``mf`` may join the files serving ``c``; ``served_to(c)`` names one of them."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        log: Log,
+        info: Log,
+        shareable: Callable[[MmvFile, int], bool],
+        served_to: Callable[[int], str],
+    ) -> None:
+        self.registry = registry
+        self.log, self.info = log, info
+        self.shareable, self.served_to = shareable, served_to
+        self.identity = ""  # why the last choose moved a file (FileEntry.identity)
+        self._evicted = ""  # the eviction the last choose made, as a note
+        self._free_below = 1  # the lowest cluster that may be neither served nor held
+        self._released = registry.released
+        self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
+        self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
+        self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
+        # search starts there (from 1, N such files cost N^2 / 2 steps)
+
+    def take(self, cluster: int, uid: int) -> None:
+        """One more file of owner ``uid`` (unless another's already) serves ``cluster``."""
+        owner, count = self.owners.get(cluster, (uid, 0))
+        self.owners[cluster] = (owner, count + 1)
+        self._advance()
+
+    def hold_spills(self, clusters: list[int], uid: int, name: str) -> None:
+        """Reserve ``clusters`` as file ``name``'s (owner ``uid``) spill clusters."""
+        for c in clusters:
+            self.owners[c] = (uid, 1)
+            self.spill_owner[c] = name
+        self._advance()
+
+    def release(self, cluster: int, spills: list[int]) -> int:
+        """One file fewer serves ``cluster``; its ``spills`` are freed.  Returns how many
+        clusters are free now that were not."""
+        freed = 0
+        uid, count = self.owners[cluster]
+        if count > 1:
+            self.owners[cluster] = (uid, count - 1)
+        else:
+            del self.owners[cluster]
+            self._taken_below = min(self._taken_below, cluster)
+            freed += 1
+        for c in spills:
+            del self.owners[c]
+            del self.spill_owner[c]
+            self._taken_below = min(self._taken_below, c)
+            freed += 1
+        return freed
+
+    def give_back(self, cluster: int) -> None:
+        """``cluster``, held apart from any file (a family's), is free again."""
+        self.owners.pop(cluster, None)
+        self.spill_owner.pop(cluster, None)
+        self._taken_below = min(self._taken_below, cluster)
+
+    def _advance(self) -> None:
+        while self._taken_below in self.owners:
+            self._taken_below += 1
+
+    def choose(self, mf: MmvFile, requested: set[int]) -> int | None:
+        """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
+        ``requested`` holds clusters other files in the directory ask for.  None when all
+        4095 are served.  :attr:`identity` says why a file is not served where it asked."""
+        taken, registry = self.owners, self.registry
+        key: Key = (mf.name, mf.uid)
+        asked = mf.header.cluster
+        record = registry.get(key)
+        self.identity = ""
+        if record is not None and asked in (0, record.asked):
+            own = record.cluster  # a returning name: its own cluster, whoever asks for it
+            if own not in taken or self.shareable(mf, own):
+                if record.note:  # moved when it first came: said again, not logged
+                    self.identity = record.note
+                elif asked and own != asked:
+                    self.identity = self._moved(mf, asked, own)
+                return own
+        if asked:
+            if asked in taken:
+                if self.shareable(mf, asked):
+                    return asked
+            else:
+                holders = self.registry.holders(asked, key)
+                if not holders or self._rejoins(mf, asked, holders):
+                    return asked
+            if record is not None and record.cluster not in taken:
+                self.identity = self._moved(mf, asked, record.cluster)
+                return record.cluster  # asks for another cluster it cannot have: keeps its own
+        self._evicted = ""
+        c = self.free(requested)
+        if c is None:
+            return None
+        if asked:
+            self.identity = self._moved(mf, asked, c)
+            self.info(f"{mf.path}: {layout.header_field('cluster')}: {self.identity}")
+        if self._evicted:
+            self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
+        return c
+
+    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
+        """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
+        if asked in self.owners:
+            holder = self.spill_owner.get(asked) or self.served_to(asked)
+            who = f"served to {holder}"
+        else:
+            holders = self.registry.holders(asked, (mf.name, mf.uid))
+            who = f"held by {describe(holders[0])} (departed)" if holders else "free now"
+        return f"asked for cluster {asked}, {who}: served as cluster {cluster}"
+
+    def _rejoins(self, mf: MmvFile, cluster: int, holders: list[Key]) -> bool:
+        """Whether ``mf`` may take ``cluster``, held by departed ``holders`` only: a
+        NOPREFIX file of the same owner rejoining the NOPREFIX files of one application
+        that asked for that cluster (their processes come and go, PCP QA 648)."""
+        if not mf.header.noprefix:
+            return False
+        for key in holders:
+            record = self.registry.get(key)
+            if record is None or key[1] != mf.uid or not record.noprefix:
+                return False
+            if record.asked != cluster:
+                return False
+        return True
+
+    def free(self, requested: set[int]) -> int | None:
+        """The lowest cluster neither served nor held by a remembered name, preferring
+        those no other file of the directory asks for; when none, the longest-departed
+        holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
+        taken, registry = self.owners, self.registry
+        if registry.released != self._released:  # a held cluster was freed: search again
+            self._released, self._free_below = registry.released, 1
+        # clusters below it are all served, or held by a remembered name (N newcomers past
+        # N departed names' clusters cost N steps, not N^2 / 2)
+        first = max(self._taken_below, self._free_below)
+        fallback = None
+        for c in range(first, layout.MAX_CLUSTER + 1):
+            if c in taken or registry.cluster_held(c):
+                continue
+            if fallback is None:
+                fallback = self._free_below = c
+            if c not in requested:
+                return c
+        if fallback is not None:
+            return fallback
+        self._free_below = layout.MAX_CLUSTER + 1
+        evicted = registry.evict_cluster(lambda c: c not in taken)
+        if evicted is None:
+            return None
+        cluster, gone = evicted
+        line = (
+            f"identity registry: every cluster is served or remembered: cluster {cluster} "
+            f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
+        )
+        registry.note_eviction(line)
+        self.log(line)
+        held = ", ".join(describe(k) for k in gone)
+        self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
+        return cluster
