@@ -53,7 +53,7 @@ TMP = "/var/lib/pcp/tmp"  # the containers' PCP_TMP_DIR (the host's /etc/pcp.con
 def start_containers(count: int) -> tuple[list[subprocess.Popen[str]], list[str]]:
     """N containers with an mmv directory of their own (--own-dirs): their processes and
     the names of their files' metric."""
-    from pmda_mmv.directory.liveness import cgroup_of, container_of
+    from pmda_mmv.directory.procfs import cgroup_of, container_of
 
     procs, names = [], []
     script = f"mount -t tmpfs tmpfs {TMP} && mkdir {TMP}/mmv && exec {PYTHON} {NAMESPACED}"

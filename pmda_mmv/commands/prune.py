@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from pmda_mmv.directory.filestate import ignore_reason
-from pmda_mmv.directory.liveness import Exited, Writers
+from pmda_mmv.directory.liveness import NoWriter, Writers
 from pmda_mmv.directory.policy import kind
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError
@@ -139,7 +139,7 @@ class Pruner:
                 return self.keep(path, "MMV_FLAG_PROCESS with pid 0: no writer named", NOT_PROCESS)
             try:
                 writer = self.writers.open(mf)
-            except Exited as gone:  # liveness's own words when it has them, else ours
+            except NoWriter as gone:  # liveness's own words when it has them, else ours
                 why = str(gone) or _departed(pid)
                 if self.nested:  # a writer of the host (or a parent container) is not seen
                     why += ", but prune runs in a child PID namespace: not judged"

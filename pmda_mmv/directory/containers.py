@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from pmda_mmv.directory.filestate import Changes, FileState, ignore_reason
-from pmda_mmv.directory.liveness import cgroup_of, container_of
+from pmda_mmv.directory.procfs import cgroup_of, container_of
 
 SCOPE: Final = "containers"
 """The subtree of the namespace (``mmv.containers``) and the head of the scanner's names."""

@@ -9,7 +9,7 @@ load (:meth:`Writers.open`):
   ``/proc/<pid>/status``) is the header's: the agent's own process of that number, when it
   is in the agent's namespace, and any process of another PID namespace.  Fast path: the
   agent's own process of that number that has the file mapped or open is taken at once.
-  Otherwise one walk of ``/proc`` (:class:`ProcIndex`) indexes every process by innermost
+  Otherwise one walk of ``/proc`` (:class:`~.procfs.ProcIndex`) indexes every process by innermost
   PID; it is shared by the files loaded meanwhile, bounded by the request budget (resumed
   at the next request, the file ``pending`` meanwhile) and done again only for files seen
   after it started.
@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pmda_mmv.directory import procfs
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 
@@ -59,14 +59,6 @@ if TYPE_CHECKING:
     import psutil  # imported where used: check and dump need it only for PROCESS files
 
 PID_SLACK: Final = 2.0  # seconds a writer may seem to start after its file (clock grain)
-PROC: Final = "/proc"
-PF_KTHREAD: Final = 0x00200000  # /proc/<pid>/stat flags: a kernel thread
-WALK_STEP: Final = 64  # processes read between two looks at the clock
-MAX_FDS: Final = 4096  # descriptors of one candidate looked at, at most
-MAX_MAPS: Final = 8 << 20  # bytes of one candidate's maps read, at most
-CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
-
-_CONTAINER_ID = re.compile(r"(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$")
 
 
 @dataclass(slots=True)
@@ -124,9 +116,6 @@ class NoWriter(Exception):
         self.exited = exited
 
 
-Exited = NoWriter  # the name the loader imported before writers were searched for
-
-
 class Searching(Exception):
     """The walk of /proc that finds the writer did not end within the request budget: the
     file is looked at again at the next request."""
@@ -141,219 +130,6 @@ def exit_reason(path: str, mf: MmvFile, writer: Writer | None = None) -> str:
     """The problem line of a PROCESS file whose writer has exited."""
     what = writer.exited_reason() if writer is not None else None
     return reason_line(path, what or f"writer process {mf.header.process} has exited")
-
-
-class ProcIndex:
-    """Every process of ``/proc`` by innermost PID (the last ``NSpid``), built by one walk
-    that :meth:`advance` resumes until it is ``done``; ``listed``: when it listed /proc
-    (wall clock), so the writer of any file created before then is in it."""
-
-    def __init__(self, proc: str = PROC) -> None:
-        self.listed = float("-inf")
-        self.proc = proc
-        self.by_inner: dict[int, list[int]] = {}
-        self._names: list[str] | None = None
-        self._pos = 0
-        self.done = False
-
-    def advance(self, deadline: float | None, clock: Callable[[], float]) -> bool:
-        """Read on until the walk ends (True) or ``deadline`` passes (WALK_STEP processes
-        at least: each call gets on)."""
-        if self._names is None:
-            self.listed = time.time()
-            self._names = [n for n in os.listdir(self.proc) if n.isdigit()]
-        names, n = self._names, len(self._names)
-        while self._pos < n:
-            stop = min(self._pos + WALK_STEP, n)
-            for name in names[self._pos : stop]:
-                inner = innermost(self.proc, int(name))
-                if inner is not None:
-                    self.by_inner.setdefault(inner[-1], []).append(int(name))
-            self._pos = stop
-            if deadline is not None and self._pos < n and clock() >= deadline:
-                return False
-        self.done = True
-        self._names = None
-        return True
-
-
-def innermost(proc: str, pid: int) -> list[int] | None:
-    """The ``NSpid`` list of ``pid`` (its PID in the agent's namespace first, innermost
-    last; ``[pid]`` without NSpid, Linux < 4.1), or None when it is gone."""
-    status = _status(proc, pid)
-    return None if status is None else status[0]
-
-
-def _status(proc: str, pid: int) -> tuple[list[int], frozenset[int]] | None:
-    """``pid``'s NSpid list (see :func:`innermost`) and user ids (real, effective, saved,
-    filesystem: ``Uid:``, readable by every user), or None when it is gone."""
-    try:
-        fd = os.open(f"{proc}/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 16384)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        uids = frozenset(int(w) for w in _field(data, b"Uid:") or ())
-        nspid = _field(data, b"NSpid:")
-        return ([pid] if nspid is None else [int(w) for w in nspid]), uids
-    except ValueError:
-        return None
-
-
-def _field(status: bytes, name: bytes) -> list[bytes] | None:
-    """The words of line ``name`` of a /proc status file, or None when it has none."""
-    i = status.find(b"\n" + name)
-    if i < 0:
-        return None
-    j = status.find(b"\n", i + 1)
-    return status[i + 1 + len(name) : j if j >= 0 else len(status)].split()
-
-
-def _stat(proc: str, pid: int) -> tuple[float, int] | None:
-    """(start time in seconds since boot, flags) of ``pid``, or None when it is gone."""
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            data = f.read()
-        fields = data[data.rindex(b")") + 2 :].split()
-        return int(fields[19]) / CLK_TCK, int(fields[6])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def holds(proc: str, pid: int, dev: int, ino: int) -> bool | None:
-    """Whether ``pid`` has the file (``dev``, ``ino``) mapped or open: None when the agent
-    may not look (another user's process)."""
-    want = f"{os.major(dev):02x}:{os.minor(dev):02x} {ino} ".encode()
-    try:
-        with open(f"{proc}/{pid}/maps", "rb") as f:
-            maps = f.read(MAX_MAPS)
-    except PermissionError:
-        return None
-    except OSError:
-        return False  # gone
-    if not maps and _stat(proc, pid) is None:
-        return False
-    if any(line.split(maxsplit=5)[3:5] == want.split() for line in maps.splitlines()):
-        return True
-    try:
-        fds = os.listdir(f"{proc}/{pid}/fd")[:MAX_FDS]
-    except PermissionError:
-        return None if not maps else False
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            st = os.stat(f"{proc}/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if st.st_dev == dev and st.st_ino == ino:
-            return True
-    return False
-
-
-def maps_writable(proc: str, pid: int, dev: int, ino: int) -> bool:
-    """Whether ``pid`` maps the file (``dev``, ``ino``) shared and writable (``rw-s``), as its
-    writer does: a reader (the agent, ``check``, another user) maps it read-only."""
-    want = [f"{os.major(dev):02x}:{os.minor(dev):02x}".encode(), str(ino).encode()]
-    try:
-        with open(f"{proc}/{pid}/maps", "rb") as f:
-            maps = f.read(MAX_MAPS)
-    except OSError:
-        return False
-    for line in maps.splitlines():
-        fields = line.split(maxsplit=5)
-        if fields[3:5] == want and fields[1][1:2] == b"w" and fields[1][3:4] == b"s":
-            return True
-    return False
-
-
-def mounts(proc: str, pid: int | str) -> list[tuple[int, str, str]] | None:
-    """(device, root within its filesystem, mount point) of each mount ``pid`` sees, or
-    None when its mountinfo cannot be read."""
-    try:
-        with open(f"{proc}/{pid}/mountinfo", "rb") as f:
-            data = f.read(MAX_MAPS)
-    except OSError:
-        return None
-    out = []
-    for line in data.splitlines():
-        fields = line.split(b" ", 5)
-        if len(fields) < 5 or fields[2].count(b":") != 1:
-            continue
-        major, minor = fields[2].split(b":")
-        try:
-            dev = os.makedev(int(major), int(minor))
-        except ValueError:
-            continue
-        out.append((dev, _unescape(fields[3]), _unescape(fields[4])))
-    return out
-
-
-def _unescape(field: bytes) -> str:
-    """A mountinfo path: octal escapes (``\\040`` for a space) decoded."""
-    text = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), field)
-    return os.fsdecode(text)
-
-
-def fs_path(proc: str, path: str, dev: int) -> str | None:
-    """The path of ``path`` (on device ``dev``) within its filesystem, from the agent's own
-    mounts; None when no mount of ``dev`` holds it (btrfs subvolumes, overlayfs)."""
-    real = os.path.realpath(path)
-    best: tuple[int, str] | None = None
-    for mdev, root, point in mounts(proc, "self") or ():
-        if mdev == dev and _under(real, point) and (best is None or len(point) > best[0]):
-            rest = real[len(point) :].lstrip("/") if point != "/" else real.lstrip("/")
-            best = (len(point), os.path.join(root, rest))
-    return best[1] if best else None
-
-
-def reaches(proc: str, pid: int, dev: int, path: str) -> bool | None:
-    """Whether process ``pid`` has a mount of device ``dev`` whose root holds ``path``
-    (within the filesystem): None when its mountinfo cannot be read."""
-    seen = mounts(proc, pid)
-    if seen is None:
-        return None
-    return any(mdev == dev and _under(path, root) for mdev, root, _ in seen)
-
-
-def _under(path: str, top: str) -> bool:
-    return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def boot_time(proc: str = PROC) -> float:
-    """When the system booted (``btime`` of ``/proc/stat``, seconds since the epoch), as
-    psutil reads it: process start times are counted from it."""
-    with open(f"{proc}/stat", "rb") as f:
-        for line in f:
-            if line.startswith(b"btime "):
-                return float(line.split()[1])
-    raise OSError(f"{proc}/stat: no btime")
-
-
-def cgroup_of(proc: str, pid: int) -> str:
-    """The cgroup path of ``pid``: the first that is not the root of the unified (v2)
-    hierarchy's, systemd's (v1) and the v1 controllers', in that order; "" when unknown."""
-    try:
-        with open(f"{proc}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
-            lines = [ln.split(":", 2) for ln in f.read(65536).splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if len(ln) == 3]
-    order = {"": 0, "name=systemd": 1}  # hierarchy ID 0 with no controllers: v2
-    paths = [p for _, c, p in sorted(lines, key=lambda ln: order.get(ln[1], 2))]
-    return next((p for p in paths if p != "/"), paths[0] if paths else "")
-
-
-def container_of(cgroup: str) -> str:
-    """The container ID in a cgroup path (docker, containerd, CRI-O, podman: 64 hex
-    digits), else the path itself."""
-    m = _CONTAINER_ID.search(cgroup)
-    return m.group(1) if m else cgroup
 
 
 @dataclass(slots=True)
@@ -389,14 +165,17 @@ class Writers:
     only (also once the kernel refuses pidfds).  Finds writers (see the module docstring)."""
 
     def __init__(
-        self, pidfd: bool = True, proc: str = PROC, clock: Callable[[], float] = time.monotonic
+        self,
+        pidfd: bool = True,
+        proc: str = procfs.PROC,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pidfd = pidfd and hasattr(os, "pidfd_open")
         self.proc = proc
         self.clock = clock
         self._epoll: select.epoll | None = None
         self._names: dict[int, str] = {}  # pidfd -> name of the file it watches
-        self._index: ProcIndex | None = None
+        self._index: procfs.ProcIndex | None = None
         self.walks = 0  # walks of /proc done so far
         self._boot: float | None = None  # boot time (seconds since the epoch), once read
 
@@ -415,7 +194,7 @@ class Writers:
         fast = self._candidate(pid, dev, ino, None)
         if fast is not None and fast.holds and len(fast.nspid) == 1:
             return self._follow(fast, pid, created)
-        where = fs_path(self.proc, mf.path, dev)
+        where = procfs.fs_path(self.proc, mf.path, dev)
         # the writer existed when the file was created (or last written): a walk that
         # listed /proc since then holds it.  Never later than the inode's ctime, which its
         # owner cannot set: a generation (or mtime) in the future would otherwise ask for a
@@ -427,13 +206,13 @@ class Writers:
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
         return self._follow(self._choose(pid, cands, created, st.st_uid), pid, created)
 
-    def _walk(self, since: float, deadline: float | None) -> ProcIndex:
+    def _walk(self, since: float, deadline: float | None) -> procfs.ProcIndex:
         """A finished walk of /proc that listed it after ``since`` (wall clock): the last
         one, or a new one; raises Searching when it is not finished by ``deadline``."""
         for _ in range(2):  # the walk under way may have listed /proc before ``since``
             index = self._index
             if index is None or (index.done and index.listed < since):
-                index = self._index = ProcIndex(self.proc)
+                index = self._index = procfs.ProcIndex(self.proc)
                 self.walks += 1
             if not index.done and not index.advance(deadline, self.clock):
                 raise Searching
@@ -444,20 +223,20 @@ class Writers:
     def _candidate(self, pid: int, dev: int, ino: int, where: str | None) -> _Candidate | None:
         """Process ``pid`` as a candidate writer of the file (``dev``, ``ino``), at ``where``
         within its filesystem (None: not known, its mounts are not looked at)."""
-        status = _status(self.proc, pid)
-        st = _stat(self.proc, pid)
+        status = procfs.pid_status(self.proc, pid)
+        st = procfs.pid_stat(self.proc, pid)
         if status is None or st is None:
             return None
         nspid, uids = status
         started, flags = st
-        kthread = bool(flags & PF_KTHREAD)
-        evidence = False if kthread else holds(self.proc, pid, dev, ino)
+        kthread = bool(flags & procfs.PF_KTHREAD)
+        evidence = False if kthread else procfs.holds(self.proc, pid, dev, ino)
         if self._boot is None:
-            self._boot = boot_time(self.proc)
+            self._boot = procfs.boot_time(self.proc)
         cand = _Candidate(pid, nspid, self._boot + started, evidence, kthread, dev=dev, ino=ino)
         cand.uids = uids
         if evidence is None and where is not None:
-            cand.reaches = reaches(self.proc, pid, dev, where)
+            cand.reaches = procfs.reaches(self.proc, pid, dev, where)
         return cand
 
     def _choose(
@@ -500,7 +279,7 @@ class Writers:
         writable, and the agent is never the writer."""
         if not cand.holds or cand.pid == os.getpid():
             return False
-        return maps_writable(self.proc, cand.pid, cand.dev, cand.ino)
+        return procfs.maps_writable(self.proc, cand.pid, cand.dev, cand.ino)
 
     def _follow(self, cand: _Candidate, pid: int, created: float | None) -> Writer:
         """Open the chosen process (pidfd, psutil); NoWriter when it went meanwhile."""
@@ -515,7 +294,7 @@ class Writers:
             late = created is not None and writer.process.create_time() > created + PID_SLACK
             if late and not self._writes(cand):
                 _reused(pid, cand)
-            again = innermost(self.proc, cand.pid)
+            again = procfs.innermost(self.proc, cand.pid)
             if again is None or again[-1] != pid:
                 raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other")
             if writer.fd >= 0 and _readable(writer.fd):
@@ -529,8 +308,8 @@ class Writers:
                 f"writer PID {pid} not found in this PID namespace or any other"
             ) from None
         if writer.nested:
-            writer.cgroup = cgroup_of(self.proc, cand.pid)
-            writer.container = container_of(writer.cgroup)
+            writer.cgroup = procfs.cgroup_of(self.proc, cand.pid)
+            writer.container = procfs.container_of(writer.cgroup)
         return writer
 
     def _pidfd_open(self, pid: int) -> int:

@@ -28,7 +28,8 @@ import psutil
 import pytest
 
 from pmda_mmv.directory.filestate import NO_WRITER, PENDING
-from pmda_mmv.directory.liveness import Writers, container_of, innermost
+from pmda_mmv.directory.liveness import Writers
+from pmda_mmv.directory.procfs import container_of, innermost
 from pmda_mmv.directory.scanner import OK, Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -143,7 +144,7 @@ def cgroup() -> Iterator[tuple[Path | None, str]]:
             break
         path.rmdir()
     else:
-        from pmda_mmv.directory.liveness import cgroup_of
+        from pmda_mmv.directory.procfs import cgroup_of
 
         yield None, container_of(cgroup_of("/proc", os.getpid()))
         return

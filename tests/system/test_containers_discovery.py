@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv.directory.liveness import cgroup_of, container_of
+from pmda_mmv.directory.procfs import cgroup_of, container_of
 from tests.support import mmvbuild
 from tests.support.pmcd import kept_dir
 from tests.support.served import Agent, start_agent

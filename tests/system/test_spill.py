@@ -29,14 +29,14 @@ from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.spill import SPILL_CAP, fnv1a32
 from tests.support import mmvbuild as mb
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, make_dir, our_agent, registry_dir
-from tests.support.writers.libpcp_mmv import Registry as Writer
-from tests.writers.libpcp_mmv import (
+from tests.support.writers.libpcp_mmv import (
     LABEL_NUMBER,
     LABEL_STRING,
     LegacyMetric,
     Mapping,
     legacy_init,
 )
+from tests.support.writers.libpcp_mmv import Registry as Writer
 
 PYTHON = "/usr/bin/python3"  # python3-pcp's interpreter
 

@@ -1,9 +1,10 @@
-"""pmda_mmv.directory.liveness, directly (no pmcd): the /proc readings it decides by, on a
-/proc tree of the test's own (NSpid, cgroups, mountinfo, maps), and :class:`Writers` on real
-processes of this test: the writer that maps its PROCESS file is found at once, a PID whose
-process started after the file is a reused PID, a negative PID is no process ID, PID 0 and
-files without the flag have no writer, and a watched writer's exit is reported at the next
-poll.  Under pmcd: tests/system/test_liveness.py and test_containers.py."""
+"""pmda_mmv.directory.liveness and the /proc readings it decides by (directory.procfs),
+directly (no pmcd): on a /proc tree of the test's own (NSpid, cgroups, mountinfo, maps),
+and :class:`Writers` on real processes of this test: the writer that maps its PROCESS file
+is found at once, a PID whose process started after the file is a reused PID, a negative
+PID is no process ID, PID 0 and files without the flag have no writer, and a watched
+writer's exit is reported at the next poll.  Under pmcd: tests/system/test_liveness.py and
+test_containers.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv.directory import liveness
+from pmda_mmv.directory import liveness, procfs
 from pmda_mmv.directory.liveness import NoWriter, Writers
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
@@ -41,18 +42,18 @@ def fake_proc(tmp_path: Path, pid: int, **files: str | bytes) -> str:
 
 def test_innermost_is_the_last_nspid(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, 4711, status="Name:\tw\nUid:\t0\t0\t0\t0\nNSpid:\t4711\t12\t1\n")
-    assert liveness.innermost(proc, 4711) == [4711, 12, 1]
+    assert procfs.innermost(proc, 4711) == [4711, 12, 1]
 
 
 def test_without_nspid_the_pid_is_its_own_innermost(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, 88, status="Name:\tw\nUid:\t0\t0\t0\t0\n")
-    assert liveness.innermost(proc, 88) == [88]
+    assert procfs.innermost(proc, 88) == [88]
 
 
 def test_a_gone_or_garbled_process_has_no_innermost(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, 5, status="Name:\tw\nNSpid:\tfive\n")
-    assert liveness.innermost(proc, 5) is None
-    assert liveness.innermost(proc, 6) is None  # no such directory
+    assert procfs.innermost(proc, 5) is None
+    assert procfs.innermost(proc, 6) is None  # no such directory
 
 
 @pytest.mark.parametrize(
@@ -66,18 +67,18 @@ def test_a_gone_or_garbled_process_has_no_innermost(tmp_path: Path) -> None:
     ],
 )
 def test_container_of_finds_the_id_else_keeps_the_path(cgroup: str, container: str) -> None:
-    assert liveness.container_of(cgroup) == container
+    assert procfs.container_of(cgroup) == container
 
 
 def test_cgroup_of_prefers_the_unified_hierarchy_then_systemd(tmp_path: Path) -> None:
     v1 = f"4:memory:/docker/{DOCKER_ID}\n1:name=systemd:/system.slice/x.service\n0::/\n"
-    assert liveness.cgroup_of(fake_proc(tmp_path / "a", 1, cgroup=v1), 1) == (
+    assert procfs.cgroup_of(fake_proc(tmp_path / "a", 1, cgroup=v1), 1) == (
         "/system.slice/x.service"
     )
     v2 = f"0::/system.slice/docker-{DOCKER_ID}.scope\n"
-    assert liveness.cgroup_of(fake_proc(tmp_path / "b", 1, cgroup=v2), 1).endswith(".scope")
-    assert liveness.cgroup_of(fake_proc(tmp_path / "c", 1, cgroup="0::/\n"), 1) == "/"
-    assert liveness.cgroup_of(str(tmp_path / "none"), 1) == ""
+    assert procfs.cgroup_of(fake_proc(tmp_path / "b", 1, cgroup=v2), 1).endswith(".scope")
+    assert procfs.cgroup_of(fake_proc(tmp_path / "c", 1, cgroup="0::/\n"), 1) == "/"
+    assert procfs.cgroup_of(str(tmp_path / "none"), 1) == ""
 
 
 MOUNTINFO = (
@@ -90,12 +91,12 @@ MOUNTINFO = (
 def test_mounts_decode_device_root_and_mount_point(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, 7, mountinfo=MOUNTINFO)
     sda1 = os.makedev(8, 1)
-    assert liveness.mounts(proc, 7) == [
+    assert procfs.mounts(proc, 7) == [
         (sda1, "/", "/"),
         (sda1, "/srv/shared dir", "/run/mmv"),
         (os.makedev(0, 5), "/", "/dev"),
     ]
-    assert liveness.mounts(proc, 8) is None
+    assert procfs.mounts(proc, 8) is None
 
 
 def test_reaches_needs_a_mount_of_the_device_whose_root_holds_the_file(tmp_path: Path) -> None:
@@ -103,10 +104,10 @@ def test_reaches_needs_a_mount_of_the_device_whose_root_holds_the_file(tmp_path:
     only = "30 22 8:1 /srv/shared\\040dir /run/mmv rw - ext4 /dev/sda1 rw\n"
     proc = fake_proc(tmp_path, 7, mountinfo=only)
     sda1 = os.makedev(8, 1)
-    assert liveness.reaches(proc, 7, sda1, "/srv/shared dir/app") is True
-    assert liveness.reaches(proc, 7, sda1, "/srv/shared dirt/app") is False
-    assert liveness.reaches(proc, 7, os.makedev(8, 2), "/srv/shared dir/app") is False
-    assert liveness.reaches(proc, 8, sda1, "/srv/shared dir/app") is None
+    assert procfs.reaches(proc, 7, sda1, "/srv/shared dir/app") is True
+    assert procfs.reaches(proc, 7, sda1, "/srv/shared dirt/app") is False
+    assert procfs.reaches(proc, 7, os.makedev(8, 2), "/srv/shared dir/app") is False
+    assert procfs.reaches(proc, 8, sda1, "/srv/shared dir/app") is None
 
 
 def test_holds_reads_the_maps_for_the_files_device_and_inode(tmp_path: Path) -> None:
@@ -114,11 +115,11 @@ def test_holds_reads_the_maps_for_the_files_device_and_inode(tmp_path: Path) -> 
     line = f"7f00-7f01 rw-s 00000000 08:01 {ino}                    /tmp/mmv/app\n"
     proc = fake_proc(tmp_path, 9, maps=line)
     (tmp_path / "proc" / "9" / "fd").mkdir()
-    assert liveness.holds(proc, 9, dev, ino) is True
-    assert liveness.maps_writable(proc, 9, dev, ino) is True
-    assert liveness.holds(proc, 9, dev, ino + 1) is False
+    assert procfs.holds(proc, 9, dev, ino) is True
+    assert procfs.maps_writable(proc, 9, dev, ino) is True
+    assert procfs.holds(proc, 9, dev, ino + 1) is False
     read_only = fake_proc(tmp_path / "ro", 9, maps=line.replace("rw-s", "r--s"))
-    assert liveness.maps_writable(read_only, 9, dev, ino) is False
+    assert procfs.maps_writable(read_only, 9, dev, ino) is False
 
 
 # -- Writers, on real processes ----------------------------------------------------------------
