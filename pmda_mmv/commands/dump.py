@@ -13,7 +13,6 @@ command does not need python3-pcp.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import stat
@@ -29,9 +28,9 @@ from pmda_mmv.commands.check import (
     exit_status,
     json_text,
     judge,
-    render_check,
     write_lines,
 )
+from pmda_mmv.commands.dumptext import render_dump
 from pmda_mmv.commands.pcpenv import units_text
 from pmda_mmv.directory.scanner import NOT_READY, OK, PARTIAL, REFUSED
 from pmda_mmv.mmvfile import layout
@@ -39,17 +38,6 @@ from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
 from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady
 from pmda_mmv.mmvfile.reader import MmvFile
 
-TYPE_TEXT = {
-    layout.TYPE_NOSUPPORT: "not supported",
-    layout.TYPE_I32: "32-bit int",
-    layout.TYPE_U32: "32-bit unsigned int",
-    layout.TYPE_I64: "64-bit int",
-    layout.TYPE_U64: "64-bit unsigned int",
-    layout.TYPE_FLOAT: "float",
-    layout.TYPE_DOUBLE: "double",
-    layout.TYPE_STRING: "string",
-    layout.TYPE_ELAPSED: "elapsed (served as 64-bit int, microsec)",
-}
 SEMANTICS_TEXT = {layout.SEM_UNSET: "unset (served as counter)", **layout.SEM_NAMES}
 FLAG_TEXT = {
     layout.FLAG_NOPREFIX: "noprefix",
@@ -273,103 +261,6 @@ def _labels(mf: MmvFile) -> list[Doc]:
     ]
 
 
-# -- text rendering ------------------------------------------------------------------------
-
-
-def _q(text: str | None) -> str:
-    """A string shown unambiguously: JSON-quoted (newlines visible), or ``(none)``."""
-    return "(none)" if text is None else json.dumps(text, ensure_ascii=False)
-
-
-def _render_header(h: Doc) -> list[str]:
-    names = "|".join(h["flag_names"]) or "none"
-    created = f" (created {h['created']})" if h["created"] else ""
-    return [
-        "header:",
-        f"  magic      {h['magic']!r}",
-        f"  version    {h['version']}",
-        f"  generation g1={h['g1']} g2={h['g2']}{created}",
-        f"  tocs       {h['tocs']}",
-        f"  flags      {h['flags']:#x} ({names})",
-        f"  process    {h['process']}",
-        f"  cluster    {h['cluster']}",
-    ]
-
-
-def _render_toc(toc: list[Doc]) -> list[str]:
-    lines = ["toc:"]
-    for t in toc:
-        name = t["section"] or f"unknown type {t['type']:#x}"
-        lines.append(
-            f"  [{t['index']}] at {t['at']}: {name}, {t['count']} entries at offset {t['offset']}"
-        )
-    return lines
-
-
-def _render_indoms(indoms: list[Doc]) -> list[str]:
-    lines = ["indoms:"]
-    for d in indoms:
-        lines += [
-            f"  indom {d['serial']} at {d['offset']}: {d['count']} instances",
-            f"    shorthelp {_q(d['shorthelp'])}",
-            f"    longhelp  {_q(d['longhelp'])}",
-        ]
-        lines += [
-            f"    instance {i['internal']} {_q(i['external'])} at {i['offset']}"
-            for i in d["instances"]
-        ]
-    return lines
-
-
-def _render_metrics(metrics: list[Doc]) -> list[str]:
-    lines = ["metrics:"]
-    for m in metrics:
-        indom = "none (singular)" if m["indom"] is None else str(m["indom"])
-        lines += [
-            f"  {m['name']} at {m['offset']}",
-            f"    item {m['item']}, type {TYPE_TEXT.get(m['type'], '?')} ({m['type']}), "
-            f"semantics {m['semantics_name'] or '?'} ({m['semantics']})",
-            f"    units {m['units'] or 'none'} ({m['dimension']:#010x}), indom {indom}",
-            f"    shorthelp {_q(m['shorthelp'])}",
-            f"    longhelp  {_q(m['longhelp'])}",
-        ]
-        if m.get("spill"):
-            pmid = f"PMID {m['pmid']}" if m.get("pmid") else "not served (see check)"
-            lines.append(f"    spilled: {pmid}: {m['spill']}")
-    return lines
-
-
-def _render_value(v: Doc) -> str:
-    inst = "" if v["instance"] is None else f"[{v['instance']} {_q(v['external'])}]"
-    if v["state"] == OK:
-        shown = _q(v["value"]) if isinstance(v["value"], str) else str(v["value"])
-    else:
-        shown = f"({v['state']}; stored {v['raw']!r})"
-    extra = f" (extra {v['extra']})" if v["extra"] and not isinstance(v["value"], str) else ""
-    return f"  {v['metric']}{inst} = {shown}{extra}  at {v['offset']}"
-
-
-def _render_dump(doc: Doc) -> list[str]:
-    lines = render_check(doc)
-    if doc.get("header"):
-        lines += _render_header(doc["header"])
-    if "toc" not in doc:
-        return lines
-    lines += _render_toc(doc["toc"]) + _render_indoms(doc["indoms"])
-    lines += _render_metrics(doc["metrics"])
-    lines += ["values:", *map(_render_value, doc["values"])]
-    lines += ["strings:"] + [
-        f"  [{s['toc']}.{s['index']}] at {s['offset']}: {_q(s['text'])}" for s in doc["strings"]
-    ]
-    lines += ["labels:"] + [
-        f"  {lab['kind']} {lab['identity']}"
-        + (f" instance {lab['internal']}" if lab["kind"] == "instances" else "")
-        + f"{' (optional)' if lab['optional'] else ''} at {lab['offset']}: {lab['payload']}"
-        for lab in doc["labels"]
-    ]
-    return lines
-
-
 def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     """``pmda-mmv dump``: print everything in each file; return the exit status."""
     docs = [describe(p) for p in paths]
@@ -380,7 +271,7 @@ def dump(paths: Sequence[str], as_json: bool, out: TextIO) -> int:
     else:
         write_lines(
             out,
-            [line for k, d in enumerate(docs) for line in ([""] if k else []) + _render_dump(d)],
+            [line for k, d in enumerate(docs) for line in ([""] if k else []) + render_dump(d)],
         )
     return exit_status(docs)
 
