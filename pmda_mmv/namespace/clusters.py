@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.registry import Key, Registry, describe
+from pmda_mmv.namespace.registry import Registry, describe
+from pmda_mmv.namespace.registryfile import Key
 from pmda_mmv.namespace.served import Log
 
 

@@ -39,7 +39,7 @@ from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
-from pmda_mmv.namespace.registry import Key
+from pmda_mmv.namespace.registryfile import Key
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PM_SEM_COUNTER: Final = 1

@@ -19,7 +19,8 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.numbering import INDOM_MASK, derived_indom
-from pmda_mmv.namespace.registry import VERSION, Record, Registry, default_path
+from pmda_mmv.namespace.registry import Registry, default_path
+from pmda_mmv.namespace.registryfile import VERSION, Record
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 
 STRANGER = 65534  # nobody
