@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv.agent.serving import PM_IN_NULL, Serving
+from pmda_mmv.agent.serving import Serving
+from pmda_mmv.agent.tables import PM_IN_NULL
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
