@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from pmda_mmv.directory.scanner import FileState
+from pmda_mmv.directory.filestate import FileState
 from pmda_mmv.mmvfile import layout
 
 
@@ -123,7 +123,7 @@ def _identity(s: FileState) -> str:
 
 class StatusMetric(NamedTuple):
     """A per-file status metric: ``metric`` (its one-line help is also its long help) and
-    the reader of its value in a :class:`~.scanner.FileState`."""
+    the reader of its value in a :class:`~.filestate.FileState`."""
 
     metric: ControlMetric
     read: Callable[[FileState], object]

@@ -11,14 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pmda_mmv.directory.scanner import (
-    MAX_INDOMS,
-    MAX_INSTANCES,
-    MAX_NAMES,
-    MAX_TOTAL,
-    Scanner,
-    parse_owners,
-)
+from pmda_mmv.directory.filestate import parse_owners
+from pmda_mmv.directory.scanner import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Scanner
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue

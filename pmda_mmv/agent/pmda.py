@@ -28,7 +28,8 @@ from pmda_mmv.agent.options import Options, families_for, parse_args, registry_p
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import containers, fdlimit
-from pmda_mmv.directory.scanner import STARTUP_BUDGET, Changes
+from pmda_mmv.directory.filestate import Changes
+from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
@@ -37,7 +38,7 @@ from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 
-__all__ = ["MmvPMDA", "Options", "main", "parse_args"]
+__all__ = ["MmvPMDA", "main"]
 
 HOLD = serving.HOLD  # the hold of files loaded while more wait (serving.Held)
 

@@ -37,7 +37,7 @@ from pmda_mmv.agent.tables import (
     first_of,
     status_table,
 )
-from pmda_mmv.directory.scanner import Changes, FileState
+from pmda_mmv.directory.filestate import Changes, FileState
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed

@@ -40,7 +40,7 @@ from pmda_mmv.agent.options import (
     serving_options,
 )
 from pmda_mmv.commands.pcpenv import var_dir
-from pmda_mmv.directory.scanner import (
+from pmda_mmv.directory.filestate import (
     IGNORED,
     NOT_READY,
     OK,

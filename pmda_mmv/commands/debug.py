@@ -27,7 +27,8 @@ from pmda_mmv.agent.options import (
 )
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.commands.pcpenv import tmp_dir, units_text, var_dir
-from pmda_mmv.directory.scanner import Changes, Scanner
+from pmda_mmv.directory.filestate import Changes
+from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED

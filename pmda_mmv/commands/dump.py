@@ -32,7 +32,7 @@ from pmda_mmv.commands.check import (
 )
 from pmda_mmv.commands.dumptext import render_dump
 from pmda_mmv.commands.pcpenv import units_text
-from pmda_mmv.directory.scanner import NOT_READY, OK, PARTIAL, REFUSED
+from pmda_mmv.directory.filestate import NOT_READY, OK, PARTIAL, REFUSED
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
 from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady

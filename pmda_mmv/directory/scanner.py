@@ -43,16 +43,16 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from pmda_mmv.directory.containers import Containers
-from pmda_mmv.directory.filestate import ALL, EXITED, NOT_READY_GRACE, PENDING, UNSEEN
-from pmda_mmv.directory.filestate import IGNORED as IGNORED  # the names check and the agent import
-from pmda_mmv.directory.filestate import NOT_READY as NOT_READY
-from pmda_mmv.directory.filestate import OK as OK
-from pmda_mmv.directory.filestate import PARTIAL as PARTIAL
-from pmda_mmv.directory.filestate import REFUSED as REFUSED
-from pmda_mmv.directory.filestate import Changes as Changes
-from pmda_mmv.directory.filestate import FileState as FileState
-from pmda_mmv.directory.filestate import ignore_reason as ignore_reason
-from pmda_mmv.directory.filestate import parse_owners as parse_owners
+from pmda_mmv.directory.filestate import (
+    ALL,
+    EXITED,
+    NOT_READY_GRACE,
+    PENDING,
+    UNSEEN,
+    Changes,
+    FileState,
+    ignore_reason,
+)
 from pmda_mmv.directory.liveness import exit_reason, running
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.mmvfile.errors import Changed

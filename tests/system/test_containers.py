@@ -27,10 +27,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv.directory.filestate import NO_WRITER, PENDING
+from pmda_mmv.directory.filestate import NO_WRITER, OK, PENDING
 from pmda_mmv.directory.liveness import Writers
 from pmda_mmv.directory.procfs import container_of, innermost
-from pmda_mmv.directory.scanner import OK, Scanner
+from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import Label, sample

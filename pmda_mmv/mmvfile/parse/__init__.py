@@ -20,7 +20,7 @@ from pmda_mmv.mmvfile.parse.metrics import metric_slots, metrics
 from pmda_mmv.mmvfile.parse.state import Parsed, State
 from pmda_mmv.mmvfile.parse.values import value_span, values
 
-__all__ = ["Parsed", "parse"]
+__all__ = ["parse"]
 
 
 def parse(data: bytes, path: str) -> Parsed:

@@ -16,7 +16,8 @@ import pytest
 from pmda_mmv.agent import control, serving, tables
 from pmda_mmv.agent.serving import Held, Plan, Serving, key
 from pmda_mmv.agent.tables import PM_IN_NULL
-from pmda_mmv.directory.scanner import Changes, Scanner
+from pmda_mmv.directory.filestate import Changes
+from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.namespace.catalogue import Catalogue
