@@ -54,15 +54,22 @@ MAX_CONF: Final = 1 << 16  # bytes of a container's pcp.conf read, at most
 _DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class Host(Protocol):
-    """What the containers need of the scanner: its states and queue, and the scopes its
-    loader resolves container names with."""
+class HostLoader(Protocol):
+    """What the containers need of the scanner's loader: its states, the scopes it resolves
+    container names with, and forgetting a name."""
 
     states: dict[str, FileState]
     scopes: dict[str, tuple[str, dict[str, str]]]
 
-    def _enqueue(self, names: Iterable[str]) -> Changes: ...
-    def _forget(self, name: str) -> Changes: ...
+    def forget(self, name: str) -> Changes: ...
+
+
+class Host(Protocol):
+    """What the containers need of the scanner: its loader and its queue."""
+
+    @property
+    def loader(self) -> HostLoader: ...
+    def enqueue(self, names: Iterable[str]) -> Changes: ...
 
 
 def open_beneath(root: int, path: str, flags: int = _DIR) -> int:
@@ -236,7 +243,7 @@ class Containers:
                 c.labels["container"] = ident
             self.by_ns[ns], self.by_pidfd[pidfd] = c, c
             self._epoll.register(pidfd, select.EPOLLIN)
-            host.scopes[c.scope] = (c.path, c.labels)
+            host.loader.scopes[c.scope] = (c.path, c.labels)
             self._next_list = float("-inf")  # listed at once
             self.log(f"{c.scope}: serving the MMV directory of mount namespace {ns} (PID {pid})")
             return
@@ -305,9 +312,9 @@ class Containers:
         """Forget a container gone: its files, as those of a removed directory."""
         changes = Changes()
         head = c.scope + "/"
-        for name in sorted(n for n in host.states if n.startswith(head)):
-            changes.extend(host._forget(name))
-        host.scopes.pop(c.scope, None)
+        for name in sorted(n for n in host.loader.states if n.startswith(head)):
+            changes.extend(host.loader.forget(name))
+        host.loader.scopes.pop(c.scope, None)
         self.by_ns.pop(c.ns, None)
         if c.pidfd >= 0:
             self.by_pidfd.pop(c.pidfd, None)
@@ -331,9 +338,9 @@ class Containers:
             names = set()
         changes = Changes()
         head = c.scope + "/"
-        for gone in sorted(n for n in host.states if n.startswith(head) and n not in names):
-            changes.extend(host._forget(gone))
-        changes.extend(host._enqueue(sorted(names)))
+        for gone in sorted(n for n in host.loader.states if n.startswith(head) and n not in names):
+            changes.extend(host.loader.forget(gone))
+        changes.extend(host.enqueue(sorted(names)))
         return changes
 
     def close(self) -> None:

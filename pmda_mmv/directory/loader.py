@@ -1,7 +1,7 @@
 """Loading and serving the entries of one MMV directory, one by one, without PCP.
 
 :class:`Loader` holds every directory entry's :class:`~.filestate.FileState` and the
-:class:`~.catalogue.Catalogue` of served files.  :meth:`Loader._consider` looks at a list of
+:class:`~.catalogue.Catalogue` of served files.  :meth:`Loader.consider` looks at a list of
 names: each whose stat changed is resolved (:mod:`~.dirpolicy`), checked against the
 resources (``max_total``, hard links), opened and validated (:class:`~.reader.MmvFile`), its
 PROCESS writer found (:mod:`~.liveness`); then the opened files are served in name order
@@ -89,26 +89,26 @@ class Loader:
         self._names = 0  # metric entries of the served files
         self._indoms = 0  # served indoms of the served files
         self._insts = 0  # their instances
-        self._opening = 0  # files one _consider opened that were not served before
+        self._opening = 0  # files one consider opened that were not served before
         self._total = 0  # bytes of the served files
-        self._loading = 0  # bytes of the files one _consider opened, not served yet
-        self._released = 0  # files unserved so far (a refusal for max_total may now pass)
-        self._queue: dict[str, None] = {}  # names to (re)load, in order (budget)
+        self._loading = 0  # bytes of the files one consider opened, not served yet
+        self.released = 0  # files unserved so far (a refusal for max_total may now pass)
+        self.queue: dict[str, None] = {}  # names to (re)load, in order (budget)
         self._asked: dict[int, int] = {}  # header cluster -> served files asking for it
         self._inodes: dict[Inode, str] = {}  # served inode -> its name (not via symlinks)
         self._links: dict[Inode, set[str]] = {}  # inode -> names refused as its hard links
         self._instances: dict[str, int] = {}  # name -> status instance id (catalogue.remember)
         self._next_instance = 0
-        self._not_ready: set[str] = set()  # names whose state is NOT_READY
-        self._backoff = Backoff(self.states, self.info)  # "not ready yet" is benign
-        self._starved: set[str] = set()  # refused or partial for want of a resource
-        self._writers = Writers(pidfd, clock=clock)
-        self._closing: list[MmvFile] = []  # unserved files whose descriptors are still open
+        self.not_ready: set[str] = set()  # names whose state is NOT_READY
+        self.backoff = Backoff(self.states, self.info)  # "not ready yet" is benign
+        self.starved: set[str] = set()  # refused or partial for want of a resource
+        self.writers = Writers(pidfd, clock=clock)
+        self.closing: list[MmvFile] = []  # unserved files whose descriptors are still open
         # containers/<name> -> its directory and labels (containers.py; names with a "/")
         self.scopes: dict[str, tuple[str, dict[str, str]]] = {}
-        self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: _consider)
-        self.skip_bytes: int | None = None  # _consider leaves files this big for later
-        self.skipped: list[str] = []  # the names _consider left for later (skip_bytes)
+        self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: consider)
+        self.skip_bytes: int | None = None  # consider leaves files this big for later
+        self.skipped: list[str] = []  # the names consider left for later (skip_bytes)
 
     def _path(self, name: str) -> str:
         """The path of entry ``name``: in the directory, or in a container's."""
@@ -117,12 +117,12 @@ class Loader:
             return self._prefix + name
         return f"{self.scopes.get(scope, ('/nonexistent', {}))[0]}/{base}"
 
-    def _forget(self, name: str) -> Changes:
+    def forget(self, name: str) -> Changes:
         state = self.states.pop(name)
-        self._queue.pop(name, None)
-        self._backoff.unpeek(state)
-        self._not_ready.discard(name)
-        self._starved.discard(name)
+        self.queue.pop(name, None)
+        self.backoff.unpeek(state)
+        self.not_ready.discard(name)
+        self.starved.discard(name)
         changes = Changes(states=True)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
@@ -137,10 +137,10 @@ class Loader:
         self._names -= len(entry.metrics)
         self._indoms -= len(entry.indoms)
         self._insts -= _instance_count(entry)
-        self._released += 1
-        self._closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
+        self.released += 1
+        self.closing.append(entry.mf)  # unserved now, its descriptor closed by the scanner
         if state.writer is not None:
-            self._writers.unwatch(state.writer)
+            self.writers.unwatch(state.writer)
             state.writer = None
         if state.inode is not None:
             self._inodes.pop(state.inode, None)
@@ -156,9 +156,9 @@ class Loader:
         for link in sorted(self._links.pop(inode, ())):
             if link in self.states:
                 self.states[link].key = UNSEEN
-                self._queue[link] = None
+                self.queue[link] = None
 
-    def _consider(
+    def consider(
         self, names: Iterable[str], deadline: float | None = None
     ) -> tuple[Changes, str | None]:
         """(Re)load the named entries whose stat changed and serve them in name order (names
@@ -180,13 +180,13 @@ class Loader:
                 lst = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):  # gone: forgotten
                 if name in self.states:
-                    changes.extend(self._forget(name))
+                    changes.extend(self.forget(name))
                 continue
             except OSError as e:
                 lst = e  # reported by _load, as a refusal
             state = self.states.get(name)
             if state is None:
-                state = self.states[name] = FileState(name, self._instance(name))
+                state = self.states[name] = FileState(name, self.instance(name))
                 changes.states = True
             if self._heavy(state, lst):
                 self.skipped.append(name)
@@ -232,7 +232,7 @@ class Loader:
         if size >= 1 << 16 and seconds > 0:
             self.load_rate = 0.7 * self.load_rate + 0.3 * (size / seconds)
 
-    def _instance(self, name: str) -> int:
+    def instance(self, name: str) -> int:
         """The status instance id of ``name``: kept while remembered, never reused."""
         inst = self._instances.get(name)
         if inst is None:
@@ -247,7 +247,7 @@ class Loader:
         did not foresee) is this file's problem: refused with the exception named, looked
         at again when its stat changes; the other files of the scan are still served."""
         why = f"{path}: unexpected error while loading ({type(error).__name__}: {error})"
-        self._set(state, REFUSED, why + ", not served", changes)
+        self.set_state(state, REFUSED, why + ", not served", changes)
         state.error = None
 
     def _load(
@@ -273,7 +273,7 @@ class Loader:
             if skip.key is not None and skip.key == state.key:
                 return None
             state.key = skip.key
-            self._set(state, REFUSED, f"{path}: {skip}", changes)
+            self.set_state(state, REFUSED, f"{path}: {skip}", changes)
             return None
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key == state.key:
@@ -289,27 +289,27 @@ class Loader:
         try:
             mf = MmvFile.open(target, max_size=self.max_size, name=state.name)
         except NotReady as e:
-            self._set(state, NOT_READY, str(e), changes)
+            self.set_state(state, NOT_READY, str(e), changes)
             state.error = e
-            self._backoff.keep_head(state, target, st)
+            self.backoff.keep_head(state, target, st)
             return None
         except MmvError as e:
-            self._set(state, REFUSED, str(e), changes)
+            self.set_state(state, REFUSED, str(e), changes)
             state.error = e
             return None
         try:
-            writer = self._writers.open(mf, deadline)
+            writer = self.writers.open(mf, deadline)
         except Searching:  # the walk of /proc goes on at the next request
             mf.close()
             state.key = UNSEEN
-            self._queue[state.name] = None
+            self.queue[state.name] = None
             if state.entry is None and state.state != PENDING:
                 state.state, state.problems = PENDING, []
                 changes.states = True
             return None
         except NoWriter as e:
             mf.close()
-            self._set(
+            self.set_state(
                 state, EXITED if e.exited else NO_WRITER, reason_line(path, e.reason), changes
             )
             return None
@@ -348,7 +348,7 @@ class Loader:
         if holder is None or holder == state.name:
             return False
         why = f"{path}: file: same file as {holder} (hard link), file not served"
-        self._set(state, REFUSED, why, changes)
+        self.set_state(state, REFUSED, why, changes)
         self._links.setdefault(inode, set()).add(state.name)
         return True
 
@@ -364,8 +364,8 @@ class Loader:
             f"{path}: file size {st.st_size}: the served files would hold more than "
             f"{self.max_total} bytes (--max-total), file not served"
         )
-        self._set(state, REFUSED, why, changes)
-        self._starved.add(state.name)  # retried when a file leaves
+        self.set_state(state, REFUSED, why, changes)
+        self.starved.add(state.name)  # retried when a file leaves
         return True
 
     def _over_files(self, state: FileState, path: str, changes: Changes) -> bool:
@@ -373,15 +373,15 @@ class Loader:
         the served files' descriptors past max_files (fdlimit.py), retried when a file
         leaves."""
         served = len(self.catalogue.files)
-        used = served + self._writers.watched + 2 * self._opening  # a file and its pidfd
+        used = served + self.writers.watched + 2 * self._opening  # a file and its pidfd
         if state.entry is not None or used + 2 <= self.max_files:
             return False
         why = (
             f"{path}: file: {served} files served, the most the descriptor limit "
             "allows (RLIMIT_NOFILE), file not served"
         )
-        self._set(state, REFUSED, why, changes)
-        self._starved.add(state.name)  # retried when a file leaves
+        self.set_state(state, REFUSED, why, changes)
+        self.starved.add(state.name)  # retried when a file leaves
         return True
 
     def _serve(
@@ -402,16 +402,16 @@ class Loader:
         if why is not None:
             _close(mf, writer)
             self._requeue_links(inode)
-            self._set(state, REFUSED, why, changes)
-            self._starved.add(state.name)  # retried when a file leaves
+            self.set_state(state, REFUSED, why, changes)
+            self.starved.add(state.name)  # retried when a file leaves
             return
         entry = self.catalogue.add(mf, *wants)
         if entry is None:
             _close(mf, writer)
             self._requeue_links(inode)
-            self._set(state, REFUSED, self.catalogue.refusal, changes, logged=True)
+            self.set_state(state, REFUSED, self.catalogue.refusal, changes, logged=True)
             if self.catalogue.starved:
-                self._starved.add(state.name)
+                self.starved.add(state.name)
             return
         if not entry.metrics and any(t.type == layout.TOC_METRICS and t.count for t in mf.toc):
             self._refuse_unserved(state, entry, writer, changes)
@@ -430,20 +430,20 @@ class Loader:
         labels = self.scopes.get(state.name.rpartition("/")[0], ("", {}))[1]
         if writer is not None:
             state.writer = writer
-            self._writers.watch(state.name, writer)
+            self.writers.watch(state.name, writer)
             labels = {**writer.labels(), **labels}
         _attribute(entry, labels)
         if entry.starved:
-            self._starved.add(state.name)
+            self.starved.add(state.name)
         else:
-            self._starved.discard(state.name)
+            self.starved.discard(state.name)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
         problems = _problems(mf, entry)
         state.problems = [printable(p) for p in problems]
         state.state = PARTIAL if problems else OK
-        self._not_ready.discard(state.name)
-        self._backoff.unpeek(state)
+        self.not_ready.discard(state.name)
+        self.backoff.unpeek(state)
         changes.added.append(entry)
         changes.states = True
 
@@ -476,12 +476,12 @@ class Loader:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
         problems = [printable(p) for p in _problems(mf, entry)]
         problems = problems or [f"{mf.path}: metrics: no metric entry served"]
-        self._set(state, REFUSED, problems[-1], changes, logged=True)
+        self.set_state(state, REFUSED, problems[-1], changes, logged=True)
         state.problems = problems
         if entry.starved:
-            self._starved.add(state.name)
+            self.starved.add(state.name)
 
-    def _set(
+    def set_state(
         self, state: FileState, new: str, problem: str, changes: Changes, logged: bool = False
     ) -> None:
         problem = printable(problem)
@@ -489,22 +489,22 @@ class Loader:
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         changed = state.state != new or state.last_problem != problem
-        self._starved.discard(state.name)
+        self.starved.discard(state.name)
         if new == NOT_READY:  # logged only if it stays so: writers pass through it
             now = self.clock()
             state.problems = [problem]
             if state.state != NOT_READY:  # retried at the next request, then backoff
                 state.log_after = now + self.not_ready_grace
                 state.delay = 0.0
-                self._backoff.schedule(state, 0.0, now)
+                self.backoff.schedule(state, 0.0, now)
             else:
-                self._backoff.wait_more(state, now)
-            self._not_ready.add(state.name)
+                self.backoff.wait_more(state, now)
+            self.not_ready.add(state.name)
         else:
             if changed and not logged:
                 (self.info if new == EXITED else self.log)(problem)
-            self._not_ready.discard(state.name)
-            self._backoff.unpeek(state)
+            self.not_ready.discard(state.name)
+            self.backoff.unpeek(state)
         if changed:
             changes.states = True
         state.state = new

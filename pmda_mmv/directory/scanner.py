@@ -83,8 +83,9 @@ MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
 
-class Scanner(Loader):
-    """State of one MMV directory; see the module docstring.  Not thread-safe except for
+class Scanner:
+    """State of one MMV directory, which its :class:`~.loader.Loader` loads and serves; see
+    the module docstring.  Not thread-safe except for
     :meth:`mark_dirty`, which the watcher thread calls."""
 
     def __init__(
@@ -106,7 +107,7 @@ class Scanner(Loader):
         max_indoms: int = MAX_INDOMS,
         max_instances: int = MAX_INSTANCES,
     ) -> None:
-        super().__init__(
+        self.loader = Loader(
             directory,
             catalogue,
             max_size=max_size,
@@ -118,9 +119,14 @@ class Scanner(Loader):
             max_total=max_total,
             info=info,
         )
-        self.max_names = max_names
-        self.max_indoms = max_indoms
-        self.max_instances = max_instances
+        self.loader.max_names = max_names
+        self.loader.max_indoms = max_indoms
+        self.loader.max_instances = max_instances
+        self.directory = directory
+        self.catalogue = catalogue
+        self.states = self.loader.states  # every entry's state, by name (the loader's)
+        self.log = self.loader.log
+        self.clock = clock
         self.check_interval = check_interval
         self.budget = budget
         self.reload_requested = False
@@ -144,17 +150,17 @@ class Scanner(Loader):
     def pending(self) -> bool:
         """True while a rescan is pending: a file is not ready, or a reload was requested
         (what ``mmv.control.reload`` reports)."""
-        return self.reload_requested or bool(self._not_ready) or bool(self._queue)
+        return self.reload_requested or bool(self.loader.not_ready) or bool(self.loader.queue)
 
     @property
     def queued(self) -> int:
         """Names waiting for a later request's budget to be loaded."""
-        return len(self._queue)
+        return len(self.loader.queue)
 
     @property
     def retries(self) -> int:
         """Retries of files not ready so far (header reads or reopens)."""
-        return self._backoff.retries
+        return self.loader.backoff.retries
 
     def served(self) -> list[FileEntry]:
         return list(self.catalogue.files.values())
@@ -204,27 +210,27 @@ class Scanner(Loader):
         # loading and validating take half the budget: cataloguing and the tables the rest
         deadline = now + budget / 2 if bounded and budget is not None else None
         self.deadline = now + budget if bounded and budget is not None else None
-        for name in dirty & self._not_ready:  # an event for a file that waits: at once
-            self._backoff.schedule(self.states[name], 0.0, now)
-        retry = set(self._not_ready) if force else self._backoff.due(now)
+        for name in dirty & self.loader.not_ready:  # an event for a file that waits: at once
+            self.loader.backoff.schedule(self.states[name], 0.0, now)
+        retry = set(self.loader.not_ready) if force else self.loader.backoff.due(now)
         for name in retry:
             self.states[name].key = UNSEEN
         if force or self.reload_requested or ALL in dirty or self._directory_changed():
             self.reload_requested = False
             changes.extend(self._rescan())
         else:
-            changes.extend(self._enqueue(sorted((dirty - self._not_ready) | retry)))
+            changes.extend(self.enqueue(sorted((dirty - self.loader.not_ready) | retry)))
         if self.containers is not None:
             changes.extend(self.containers.refresh(self, now, deadline, self.clock))
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
-        freed = self.catalogue.freed + self._released
-        self._starving = bool(self._starved) and (self._starving or freed != self._freed)
+        freed = self.catalogue.freed + self.loader.released
+        self._starving = bool(self.loader.starved) and (self._starving or freed != self._freed)
         if self._starving:
             changes.extend(self._retry_starved(deadline))
-        self._freed = self.catalogue.freed + self._released
+        self._freed = self.catalogue.freed + self.loader.released
         self._close_unserved(deadline)
         return changes
 
@@ -232,23 +238,23 @@ class Scanner(Loader):
         """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
         ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
         names unresolvable) and closed over the next requests."""
-        closing, done = self._closing, 0
+        closing, done = self.loader.closing, 0
         for done, mf in enumerate(closing, 1):
             mf.close()
             if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
                 break
         del closing[:done]
 
-    def _enqueue(self, names: Iterable[str]) -> Changes:
+    def enqueue(self, names: Iterable[str]) -> Changes:
         """Queue ``names`` for loading (after those already queued); a name not seen
         before is PENDING until it is reached."""
         changes = Changes()
         for name in names:
-            if name in self._queue:
+            if name in self.loader.queue:
                 continue
-            self._queue[name] = None
+            self.loader.queue[name] = None
             if name not in self.states:
-                self.states[name] = FileState(name, self._instance(name), state=PENDING)
+                self.states[name] = FileState(name, self.loader.instance(name), state=PENDING)
                 changes.states = True
         return changes
 
@@ -259,25 +265,27 @@ class Scanner(Loader):
         rate) take turns with the others: every other request leaves them queued, in
         their place, while the files behind them load, so a stream of new heavy files
         cannot keep a small new file waiting more than a request or two."""
-        if not self._queue:
+        if not self.loader.queue:
             return Changes()
         # the queue is not copied: a sweep of 100,000 names costs what each request reaches
-        queue, self._queue = self._queue, {}  # what loading queues meanwhile goes after
+        queue, self.loader.queue = self.loader.queue, {}  # what loading queues meanwhile goes after
         skip = deadline is not None and self.budget is not None and not self._heavy_turn
-        self.skip_bytes = int(self.load_rate * self.budget / 2) if skip and self.budget else None
+        self.loader.skip_bytes = (
+            int(self.loader.load_rate * self.budget / 2) if skip and self.budget else None
+        )
         try:
-            changes, stop = self._consider(queue, deadline)
+            changes, stop = self.loader.consider(queue, deadline)
         finally:
-            self.skip_bytes = None
-        skipped = set(self.skipped)
+            self.loader.skip_bytes = None
+        skipped = set(self.loader.skipped)
         self._heavy_turn = bool(skipped)  # the next request, heavy files go first
         if stop is not None or skipped:
             done = list(itertools.takewhile(lambda n: n != stop, queue))
             for name in done:
                 if name not in skipped:
                     del queue[name]
-            queue.update(self._queue)  # a name queued again keeps its place
-            self._queue = queue
+            queue.update(self.loader.queue)  # a name queued again keeps its place
+            self.loader.queue = queue
         return changes
 
     def _retry_starved(self, deadline: float | None) -> Changes:
@@ -285,12 +293,12 @@ class Scanner(Loader):
         max_total, again in name order, until one still lacks it; past ``deadline`` (once
         one was looked at) the rest wait, still starved, for the next requests."""
         changes = Changes()
-        for i, name in enumerate(sorted(self._starved)):
+        for i, name in enumerate(sorted(self.loader.starved)):
             if deadline is not None and i and self.clock() >= deadline:
                 return changes  # _starving stays set: the next request goes on
             self.states[name].key = UNSEEN
-            changes.extend(self._consider([name])[0])
-            if name in self._starved:
+            changes.extend(self.loader.consider([name])[0])
+            if name in self.loader.starved:
                 break
         self._starving = False
         return changes
@@ -302,10 +310,10 @@ class Scanner(Loader):
         if name in self.states:
             self.states[name].key = UNSEEN
         if self.deadline is not None and self.clock() >= self.deadline:
-            self._queue[name] = None
+            self.loader.queue[name] = None
             return None
-        self._queue.pop(name, None)
-        return self._consider([name])[0]
+        self.loader.queue.pop(name, None)
+        return self.loader.consider([name])[0]
 
     def _directory_changed(self) -> bool:
         try:
@@ -340,13 +348,13 @@ class Scanner(Loader):
             names = []
         changes = Changes()
         for gone in sorted(n for n in set(self.states).difference(names) if "/" not in n):
-            changes.extend(self._forget(gone))
+            changes.extend(self.loader.forget(gone))
         # new names first: a new file is visible at the next request however many are known;
         # known names after (one renamed over them has a new stat), within the budget
-        queue, self._queue = self._queue, {}
-        changes.extend(self._enqueue([n for n in names if n not in self.states]))
-        self._queue.update(queue)  # then what was queued, then the rest (all known now)
-        self._queue.update(dict.fromkeys(names))
+        queue, self.loader.queue = self.loader.queue, {}
+        changes.extend(self.enqueue([n for n in names if n not in self.states]))
+        self.loader.queue.update(queue)  # then what was queued, then the rest (all known now)
+        self.loader.queue.update(dict.fromkeys(names))
         return changes
 
     # -- served files: generation and writer
@@ -370,18 +378,18 @@ class Scanner(Loader):
             writer = state.writer
             if writer is not None and writer.fd < 0 and not running(writer):
                 why = exit_reason(entry.mf.path, entry.mf, writer)
-                self._set(state, EXITED, why, changes)
+                self.loader.set_state(state, EXITED, why, changes)
         for name in stale:  # reloaded within the budget, this request or the next ones
             self.states[name].key = UNSEEN
-        changes.extend(self._enqueue(stale))
+        changes.extend(self.enqueue(stale))
         return changes
 
     def _exited(self) -> Changes:
         """Served files whose writer exited since the last request: one epoll_wait."""
         changes = Changes()
-        for name in self._writers.exited():
+        for name in self.loader.writers.exited():
             state = self.states[name]
             assert state.entry is not None
             mf = state.entry.mf
-            self._set(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
+            self.loader.set_state(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
         return changes

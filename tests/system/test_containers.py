@@ -287,7 +287,7 @@ def test_the_writer_search_is_bounded_by_the_request_budget(
         assert {n: s.state for n, s in scanner.states.items()} == dict.fromkeys(
             ("c0", "c1", "c2"), OK
         )
-        walks: Writers = scanner._writers
+        walks: Writers = scanner.loader.writers
         assert walks.walks == 1
         assert len(times) > 1, times  # 5,000 processes: more than one request's budget
         assert max(times) < budget * 1.5, times
@@ -401,7 +401,7 @@ def test_a_generation_in_the_future_does_not_keep_the_writer_search_going(
             break
     state = scanner.states["future"]
     assert state.state == NO_WRITER, (state.state, state.problems)
-    walks: Writers = scanner._writers
+    walks: Writers = scanner.loader.writers
     assert walks.walks == 1
 
 

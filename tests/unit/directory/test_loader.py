@@ -1,4 +1,4 @@
-"""pmda_mmv.directory.loader, directly (no scanner, no pmcd): :meth:`Loader._consider` on
+"""pmda_mmv.directory.loader, directly (no scanner, no pmcd): :meth:`Loader.consider` on
 real files of a directory.  Files are served in name order (first come, first served), an
 unchanged entry is not loaded again, a gone one is forgotten, a hard link is refused
 naming the file it is a link of and served once that one goes, ``max_total`` refuses a
@@ -45,7 +45,7 @@ class Loaded:
         """(names added, names removed) by one _consider of ``names`` (all of the
         directory's entries when none are given)."""
         names = names or tuple(sorted(os.listdir(self.directory)))
-        changes, stop = self.loader._consider(names)
+        changes, stop = self.loader.consider(names)
         assert stop is None
         return [e.name for e in changes.added], [e.name for e in changes.removed]
 
@@ -57,7 +57,7 @@ class Loaded:
         for state in self.loader.states.values():
             if state.entry is not None:
                 state.entry.mf.close()
-        for mf in self.loader._closing:
+        for mf in self.loader.closing:
             mf.close()
 
 
@@ -132,7 +132,7 @@ def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: P
             f"{tmp_path}/c: file size {size}: the served files would hold more than "
             f"{size * 2} bytes (--max-total), file not served"
         )
-        assert lo.loader._starved == {"c"}  # the scanner retries it when a file leaves
+        assert lo.loader.starved == {"c"}  # the scanner retries it when a file leaves
         unchanged = lo.loader.states["c"].key
         assert lo.consider("c") == ([], [])  # as it was: not looked at again
         (tmp_path / "a").unlink()
@@ -141,7 +141,7 @@ def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: P
         assert lo.consider("c") == ([], [])
         lo.loader.states["c"].key = UNSEEN  # what the scanner's retry of starved files does
         assert lo.consider("c") == (["c"], [])
-        assert lo.loader._starved == set()
+        assert lo.loader.starved == set()
     finally:
         lo.close()
 
@@ -162,8 +162,8 @@ def test_past_the_deadline_the_first_name_not_reached_is_returned(
 ) -> None:
     for k in range(3):
         single(5 + k).write(tmp_path / f"f{k}")
-    changes, stop = loaded.loader._consider(["f0", "f1", "f2"], deadline=0.0)
+    changes, stop = loaded.loader.consider(["f0", "f1", "f2"], deadline=0.0)
     assert stop == "f1"  # one entry is looked at whatever the deadline
     assert [e.name for e in changes.added] == ["f0"]
-    changes, stop = loaded.loader._consider(["f1", "f2"])
+    changes, stop = loaded.loader.consider(["f1", "f2"])
     assert stop is None and [e.name for e in changes.added] == ["f1", "f2"]

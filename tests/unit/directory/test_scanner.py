@@ -241,8 +241,8 @@ def test_status_instance_ids_are_never_reused_and_departed_names_bounded(
         os.unlink(d.path / f"gone{n}")
         d.refresh()
     assert len(set(ids)) == len(ids)
-    assert len(d.scanner._instances) - len(d.scanner.states) <= 4 * 9 // 8 + 1
-    assert "stays" in d.scanner._instances and "gone0" not in d.scanner._instances
+    assert len(d.scanner.loader._instances) - len(d.scanner.states) <= 4 * 9 // 8 + 1
+    assert "stays" in d.scanner.loader._instances and "gone0" not in d.scanner.loader._instances
 
 
 def test_empty_file_is_not_ready_until_written(d: Dir) -> None:

@@ -64,7 +64,7 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
     ``max_files`` descriptors (fdlimit.py); one more file is refused naming the limit,
     while the directory is still listed, and served once a served file leaves."""
     scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
-    scanner.max_files = 6  # descriptors: a file loading counts two (its pidfd, if any)
+    scanner.loader.max_files = 6  # descriptors: a file loading counts two (its pidfd, if any)
     for k in range(4):
         mmvbuild.single(10 + k, k).write(tmp_path / f"f{k}")
     scanner.refresh()
