@@ -72,51 +72,67 @@ def decoder(mtype: int, read_string: ReadString) -> Decoder:
     for NOSUPPORT (and any type this reader does not serve); STRING values are read
     through ``read_string``."""
     if mtype == layout.TYPE_STRING:
-        extra = layout.VALUE_EXTRA.unpack_from
-
-        def string(snap: Snapshot, slot: int) -> object:
-            text = read_string(extra(snap.data, slot + layout.EXTRA_OFFSET)[0])
-            if text is None:
-                return UNSUPPORTED
-            return NO_VALUE if snap.sentinel and not text else text
-
-        return string
+        return _string_decoder(read_string)
     if mtype == layout.TYPE_ELAPSED:
-        pair, unpack_us = (
-            layout.VALUE.unpack_from,
-            layout.VALUE_FORMAT[layout.TYPE_ELAPSED].unpack_from,
-        )
-
-        def elapsed(snap: Snapshot, slot: int) -> object:
-            raw, ext, _, _ = pair(snap.data, slot)
-            if snap.sentinel and raw == layout.SENTINEL_BYTES:
-                return NO_VALUE
-            value: int = unpack_us(raw)[0]
-            if ext < 0:
-                value += int(snap.now_us + ext)
-            return value if INT64_MIN <= value <= INT64_MAX else UNSUPPORTED
-
-        return elapsed
+        return _elapsed_decoder()
     if mtype in (layout.TYPE_FLOAT, layout.TYPE_DOUBLE):
-        unpack_real = layout.VALUE_FORMAT[mtype].unpack_from
-
-        def real(snap: Snapshot, slot: int) -> object:
-            v: float = unpack_real(snap.data, slot)[0]
-            return NO_VALUE if snap.sentinel and v != v else v
-
-        return real
+        return _real_decoder(mtype)
     if mtype in layout.VALUE_FORMAT:
-        unpack_int = layout.VALUE_FORMAT[mtype].unpack_from
-        data8 = layout.VALUE_FORMAT[layout.TYPE_U64].unpack_from
-        all_ones = (1 << 64) - 1
-
-        def integer(snap: Snapshot, slot: int) -> object:
-            if snap.sentinel and data8(snap.data, slot)[0] == all_ones:
-                return NO_VALUE
-            return unpack_int(snap.data, slot)[0]
-
-        return integer
+        return _integer_decoder(mtype)
     return _unsupported
+
+
+def _string_decoder(read_string: ReadString) -> Decoder:
+    extra = layout.VALUE_EXTRA.unpack_from
+
+    def string(snap: Snapshot, slot: int) -> object:
+        text = read_string(extra(snap.data, slot + layout.EXTRA_OFFSET)[0])
+        if text is None:
+            return UNSUPPORTED
+        return NO_VALUE if snap.sentinel and not text else text
+
+    return string
+
+
+def _elapsed_decoder() -> Decoder:
+    pair, unpack_us = (
+        layout.VALUE.unpack_from,
+        layout.VALUE_FORMAT[layout.TYPE_ELAPSED].unpack_from,
+    )
+
+    def elapsed(snap: Snapshot, slot: int) -> object:
+        raw, ext, _, _ = pair(snap.data, slot)
+        if snap.sentinel and raw == layout.SENTINEL_BYTES:
+            return NO_VALUE
+        value: int = unpack_us(raw)[0]
+        if ext < 0:
+            value += int(snap.now_us + ext)
+        return value if INT64_MIN <= value <= INT64_MAX else UNSUPPORTED
+
+    return elapsed
+
+
+def _real_decoder(mtype: int) -> Decoder:
+    unpack_real = layout.VALUE_FORMAT[mtype].unpack_from
+
+    def real(snap: Snapshot, slot: int) -> object:
+        v: float = unpack_real(snap.data, slot)[0]
+        return NO_VALUE if snap.sentinel and v != v else v
+
+    return real
+
+
+def _integer_decoder(mtype: int) -> Decoder:
+    unpack_int = layout.VALUE_FORMAT[mtype].unpack_from
+    data8 = layout.VALUE_FORMAT[layout.TYPE_U64].unpack_from
+    all_ones = (1 << 64) - 1
+
+    def integer(snap: Snapshot, slot: int) -> object:
+        if snap.sentinel and data8(snap.data, slot)[0] == all_ones:
+            return NO_VALUE
+        return unpack_int(snap.data, slot)[0]
+
+    return integer
 
 
 def _unsupported(snap: Snapshot, slot: int) -> object:
