@@ -267,11 +267,19 @@ class Catalogue:
         )
         entry.identity = self.clusters.identity
         self.files[mf.name] = entry
+        self._remember(entry)
+        if self.on_add is not None:
+            self.on_add(entry)
+        return entry
+
+    def _remember(self, entry: FileEntry) -> None:
+        """Keep ``entry``'s numbers in the identity registry; say where it spilled."""
+        mf = entry.mf
         indoms = {serial: si.serial for serial, si in entry.indoms.items()}
         key = (mf.name, mf.uid)
         self.registry.serve(
             key,
-            cluster,
+            entry.cluster,
             mf.header.cluster,
             mf.header.noprefix,
             indoms,
@@ -285,9 +293,6 @@ class Catalogue:
                 f"under spill cluster{'s' if len(entry.spill_clusters) > 1 else ''} "
                 f"{', '.join(map(str, entry.spill_clusters))}"
             )
-        if self.on_add is not None:
-            self.on_add(entry)
-        return entry
 
     def _spill(self, entry: FileEntry, requested: set[int]) -> None:
         """Give every spilled metric of ``entry`` its PMID (see the module rules): its
