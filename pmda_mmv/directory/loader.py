@@ -45,6 +45,8 @@ from pmda_mmv.namespace.catalogue import Catalogue, used_indoms
 from pmda_mmv.namespace.served import FileEntry, Log, remember
 
 Inode = tuple[int, int]
+Opened = tuple[FileState, MmvFile, Writer | None, Inode | None]
+"""A file one consider opened: its state, reader, live writer and inode."""
 
 LOAD_RATE: Final = 100e6
 """Bytes a second a load is assumed to take before one was measured (about 200 MB/s for
@@ -166,7 +168,7 @@ class Loader:
         Past ``deadline`` (once one entry was looked at) returns the first name not
         reached (None: all were)."""
         changes = Changes()
-        opened: list[tuple[FileState, MmvFile, Writer | None, Inode | None]] = []
+        opened: list[Opened] = []
         stop: str | None = None
         loading: dict[Inode, str] = {}
         self.skipped = []
@@ -203,6 +205,12 @@ class Loader:
                 self._loading += loaded[0].size - (state.entry.mf.size if state.entry else 0)
                 self._opening += state.entry is None
         self._loading = self._opening = 0
+        self._serve_opened(opened, changes)
+        return changes, stop
+
+    def _serve_opened(self, opened: list[Opened], changes: Changes) -> None:
+        """Serve the files one consider opened, in name order (first come, first served);
+        auto-assigned clusters avoid every cluster asked for."""
         requested = {c for c, n in self._asked.items() if n}
         requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
@@ -210,7 +218,6 @@ class Loader:
         for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
             wants = (requested - {mf.header.cluster}, wanted)
             self._serve(state, mf, (writer, inode), wants, changes)
-        return changes, stop
 
     def _heavy(self, state: FileState, lst: os.stat_result | OSError) -> bool:
         """Whether ``state`` is a file to leave for later in this pass: at least
@@ -264,17 +271,10 @@ class Loader:
         opened so far, by name (a hard link to one of them is refused), and its deadline
         (the search for a writer goes on at the next request past it)."""
         loading, deadline = scan
-        try:
-            if isinstance(lst, OSError):
-                raise Skip(f"cannot stat: {lst.strerror}", None)
-            follow = "/" not in state.name  # a container's: no symlink (containers.py)
-            target, st = resolve(self.directory, path, lst, self.owners, follow)
-        except Skip as skip:
-            if skip.key is not None and skip.key == state.key:
-                return None
-            state.key = skip.key
-            self.set_state(state, REFUSED, f"{path}: {skip}", changes)
+        resolved = self._resolve(state, path, lst, changes)
+        if resolved is None:
             return None
+        target, st = resolved
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key == state.key:
             return None
@@ -297,8 +297,44 @@ class Loader:
             self.set_state(state, REFUSED, str(e), changes)
             state.error = e
             return None
+        found = self._writer(state, mf, (path, deadline), changes)
+        if found is None:
+            return None
+        if inode is not None:
+            loading[inode] = state.name
+        return mf, found[0], inode
+
+    def _resolve(
+        self, state: FileState, path: str, lst: os.stat_result | OSError, changes: Changes
+    ) -> tuple[str, os.stat_result] | None:
+        """The file the entry names and its stat, by the directory's policy; None when it
+        is refused (state and log updated, unless refused so already)."""
         try:
-            writer = self.writers.open(mf, deadline)
+            if isinstance(lst, OSError):
+                raise Skip(f"cannot stat: {lst.strerror}", None)
+            follow = "/" not in state.name  # a container's: no symlink (containers.py)
+            return resolve(self.directory, path, lst, self.owners, follow)
+        except Skip as skip:
+            if skip.key is not None and skip.key == state.key:
+                return None
+            state.key = skip.key
+            self.set_state(state, REFUSED, f"{path}: {skip}", changes)
+            return None
+
+    def _writer(
+        self,
+        state: FileState,
+        mf: MmvFile,
+        at: tuple[str, float | None],
+        changes: Changes,
+    ) -> tuple[Writer | None] | None:
+        """``mf``'s live writer (None for a file that is not a PROCESS one), in a tuple;
+        ``at``: the entry's path (named in the problem) and the request's deadline;
+        None when none was found (``mf`` closed, state and log updated) or the search
+        goes on at the next request (queued again, PENDING)."""
+        path, deadline = at
+        try:
+            return (self.writers.open(mf, deadline),)
         except Searching:  # the walk of /proc goes on at the next request
             mf.close()
             state.key = UNSEEN
@@ -309,16 +345,12 @@ class Loader:
             return None
         except NoWriter as e:
             mf.close()
-            self.set_state(
-                state, EXITED if e.exited else NO_WRITER, reason_line(path, e.reason), changes
-            )
+            why = reason_line(path, e.reason)
+            self.set_state(state, EXITED if e.exited else NO_WRITER, why, changes)
             return None
         except BaseException:
             mf.close()  # its descriptor is not left open by an unexpected error
             raise
-        if inode is not None:
-            loading[inode] = state.name
-        return mf, writer, inode
 
     def _unchanged(self, state: FileState, key: tuple[int, ...]) -> bool:
         """A served file whose writer only wrote values (same inode and size, its mtime
@@ -417,6 +449,18 @@ class Loader:
             self._refuse_unserved(state, entry, writer, changes)
             self._requeue_links(inode)
             return
+        self._served(state, entry, found, changes)
+
+    def _served(
+        self,
+        state: FileState,
+        entry: FileEntry,
+        found: tuple[Writer | None, Inode | None],
+        changes: Changes,
+    ) -> None:
+        """``state``'s file is served as ``entry`` (its writer and inode ``found``): the
+        loader's counts, the writer watched, its problems logged and kept."""
+        mf, (writer, inode) = entry.mf, found
         state.entry = entry
         state.error = None
         _count(self._asked, mf.header.cluster, 1)
