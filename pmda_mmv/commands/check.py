@@ -52,6 +52,7 @@ from pmda_mmv.mmvfile.errors import Changed, MmvError
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 Doc = dict[str, Any]
 
@@ -101,76 +102,44 @@ class Directory:
         """``{"file", "status", "problems", "served", "cluster", "conflicts"}`` of entry
         ``name`` (``shown`` as ``file``): the agent's state, problems and served names;
         ``conflicts`` names the file that won each metric or cluster this one asked for."""
-
-        def doc(status: str, problems: list[Doc], **decided: object) -> Doc:
-            found = {
-                "served": [],
-                "cluster": None,
-                "conflicts": [],
-                "writer": None,
-                "spills": [],
-                "family": None,
-                **decided,
-            }
-            return {"file": shown, "status": status, "problems": _bounded(problems), **found}
-
         path = os.path.join(self.directory, name)
         ignored = ignore_reason(name)
         state = self.scanner.states.get(name)
         if ignored is not None:
             problems = [{"field": "file", "offset": -1, "message": ignored}]
-            return doc(IGNORED, problems)
+            return _doc(shown, IGNORED, problems)
         if state is None:  # not in the listing: gone, or never there
-            try:
-                os.lstat(path)
-                why = "not in the directory's listing"
-            except OSError as e:
-                why = f"cannot stat: {e.strerror}"
-            problems = [{"field": "file", "offset": -1, "message": why}]
-            return doc(REFUSED, problems)
+            return _doc(shown, REFUSED, _not_listed(path))
         entry = state.entry
         if entry is None:
             if state.error is not None:
-                return doc(state.state, [state.error.as_dict()])
+                return _doc(shown, state.state, [state.error.as_dict()])
             problems = [_problem_doc(p, path) for p in state.problems]
-            return doc(state.state, problems, conflicts=self._lost(path)[: layout.MAX_PROBLEMS])
+            return _doc(
+                shown, state.state, problems, conflicts=self._lost(path)[: layout.MAX_PROBLEMS]
+            )
         mf = entry.mf
         status = state.state
         try:
             mf.snapshot()  # what a fetch reads: a file changed underneath must be reloaded
         except Changed as e:
-            return doc(NOT_READY, [e.as_dict()])
+            return _doc(shown, NOT_READY, [e.as_dict()])
         problems = [p.as_dict() for p in mf.problems]
         problems += [_problem_doc(p, "") for p in entry.problems]
         served = [m.name for m in entry.metrics]
-        conflicts: list[Doc] = []
-        if mf.header.cluster and entry.cluster != mf.header.cluster:
-            holders = [e.name for e in self.catalogue.files.values()
-                       if e.cluster == mf.header.cluster]  # fmt: skip
-            departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
-            winner = holders[0] if holders else (departed[0][0] if departed else None)
-            lost: Doc = {"cluster": mf.header.cluster, "winner": winner}
-            if entry.identity:
-                lost["why"] = entry.identity
-            conflicts.append(lost)
-        elif entry.identity:  # a cluster-0 file given an evicted name's cluster
-            conflicts.append({"cluster": entry.cluster, "winner": None, "why": entry.identity})
+        conflicts = self._cluster_lost(entry)
         conflicts += self._names_lost(mf, set(served), entry.cluster)
         conflicts = conflicts[: layout.MAX_PROBLEMS]  # bounded, as the problems
         writer = state.writer.as_dict() if state.writer is not None else None
         spills = [
-            {
-                "name": sm.name,
-                "metric": sm.metric.name,
-                "pmid": f"{self.domain}.{sm.cluster}.{sm.item}",
-                "why": why,
-            }
+            {"name": sm.name, "metric": sm.metric.name, "pmid": self._pmid(sm), "why": why}
             for sm in entry.metrics
             if (why := sm.metric.spill)
         ]
         member = self.families.status(name)
         family = {"name": member[0], "member": not member[1], "why": member[1]} if member else None
-        return doc(
+        return _doc(
+            shown,
             status,
             problems,
             served=served,
@@ -180,6 +149,26 @@ class Directory:
             spills=spills,
             family=family,
         )
+
+    def _pmid(self, sm: ServedMetric) -> str:
+        return f"{self.domain}.{sm.cluster}.{sm.item}"
+
+    def _cluster_lost(self, entry: FileEntry) -> list[Doc]:
+        """The conflict over the cluster ``entry``'s file asked for (the file or departed
+        name that won it), or over the evicted name's cluster a cluster-0 file was given."""
+        mf = entry.mf
+        if mf.header.cluster and entry.cluster != mf.header.cluster:
+            holders = [e.name for e in self.catalogue.files.values()
+                       if e.cluster == mf.header.cluster]  # fmt: skip
+            departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
+            winner = holders[0] if holders else (departed[0][0] if departed else None)
+            lost: Doc = {"cluster": mf.header.cluster, "winner": winner}
+            if entry.identity:
+                lost["why"] = entry.identity
+            return [lost]
+        if entry.identity:  # a cluster-0 file given an evicted name's cluster
+            return [{"cluster": entry.cluster, "winner": None, "why": entry.identity}]
+        return []
 
     def _names_lost(self, mf: MmvFile, served: set[str], cluster: int | None) -> list[Doc]:
         """The names of ``mf`` not served for a conflict, each with why (the catalogue's
@@ -352,3 +341,27 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
         return e.code if isinstance(e.code, int) else 2
     return check(ns.paths, ns.json, sys.stdout, options)
+
+
+def _doc(shown: str, status: str, problems: list[Doc], **decided: object) -> Doc:
+    """A verdict of the entry ``shown``: what was not ``decided`` is empty."""
+    found = {
+        "served": [],
+        "cluster": None,
+        "conflicts": [],
+        "writer": None,
+        "spills": [],
+        "family": None,
+        **decided,
+    }
+    return {"file": shown, "status": status, "problems": _bounded(problems), **found}
+
+
+def _not_listed(path: str) -> list[Doc]:
+    """The problem of an entry not in the directory's listing: gone, or never there."""
+    try:
+        os.lstat(path)
+        why = "not in the directory's listing"
+    except OSError as e:
+        why = f"cannot stat: {e.strerror}"
+    return [{"field": "file", "offset": -1, "message": why}]
