@@ -176,23 +176,44 @@ def install(agent_options: Sequence[str]) -> None:
     if not mmvdir.is_dir():
         raise InstallError(f"{mmvdir} is missing: is the pcp package installed?")
     if not stock.is_dir():
-        say(f"saving the stock {mmvdir} and pmcd.conf mmv line in {stock}")
-        tmp = stock.with_name(STOCK + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "files").mkdir(parents=True)
-        for entry in mmvdir.iterdir():
-            if not entry.name.startswith(STOCK):
-                dest = tmp / "files" / entry.name
-                if entry.is_symlink() or not entry.is_dir():
-                    shutil.copy2(entry, dest, follow_symlinks=False)
-                else:
-                    shutil.copytree(entry, dest, symlinks=True)
-        line = mmv_line(pmcdconf)
-        (tmp / "pmcd.line").write_text(line + "\n" if line else "")
-        if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
-            (tmp / "pmns.absent").touch()
-        tmp.rename(stock)
+        _save_stock(mmvdir, pmcdconf, cfg)
+    _lay_agent(source, mmvdir, named)
+    start_pmcd(cfg)
+    options = " ".join(agent_options)
+    say(f"running {mmvdir}/Install (agent options: '{options}')")
+    run(["./Install"], mmvdir, script_env({"PMDA_MMV_OPTIONS": options}))
+    line = mmv_line(pmcdconf)
+    if f"{mmvdir}/pmdammv" not in line:
+        raise InstallError(f"pmcd.conf has no pmda-mmv line after Install (mmv line: '{line}')")
+    probe = _wait_served(cfg)
+    say(f"pmcd.conf: {line}")
+    say(f"pmprobe: {probe.strip()}")
+    say("pmda-mmv is installed; 'pmda-mmv remove' puts the stock mmv agent back")
 
+
+def _save_stock(mmvdir: Path, pmcdconf: Path, cfg: dict[str, str]) -> None:
+    """Keep the stock ``mmvdir`` and pmcd.conf's mmv line in ``mmvdir/{STOCK}``."""
+    stock = mmvdir / STOCK
+    say(f"saving the stock {mmvdir} and pmcd.conf mmv line in {stock}")
+    tmp = stock.with_name(STOCK + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "files").mkdir(parents=True)
+    for entry in mmvdir.iterdir():
+        if not entry.name.startswith(STOCK):
+            dest = tmp / "files" / entry.name
+            if entry.is_symlink() or not entry.is_dir():
+                shutil.copy2(entry, dest, follow_symlinks=False)
+            else:
+                shutil.copytree(entry, dest, symlinks=True)
+    line = mmv_line(pmcdconf)
+    (tmp / "pmcd.line").write_text(line + "\n" if line else "")
+    if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
+        (tmp / "pmns.absent").touch()
+    tmp.rename(stock)
+
+
+def _lay_agent(source: Path, mmvdir: Path, named: Path) -> None:
+    """Copy the agent's files from ``source`` over ``mmvdir``, run by ``named``."""
     say(f"laying {source} over {mmvdir} (interpreter {named})")
     for name in AGENT_FILES:
         src, dest = source / name, mmvdir / name
@@ -204,13 +225,9 @@ def install(agent_options: Sequence[str]) -> None:
     link.unlink(missing_ok=True)
     link.symlink_to(named)
 
-    start_pmcd(cfg)
-    options = " ".join(agent_options)
-    say(f"running {mmvdir}/Install (agent options: '{options}')")
-    run(["./Install"], mmvdir, script_env({"PMDA_MMV_OPTIONS": options}))
-    line = mmv_line(pmcdconf)
-    if f"{mmvdir}/pmdammv" not in line:
-        raise InstallError(f"pmcd.conf has no pmda-mmv line after Install (mmv line: '{line}')")
+
+def _wait_served(cfg: dict[str, str]) -> str:
+    """pmprobe's line once pmcd serves mmv.control.files (InstallError after 30 s)."""
     # the agent starts, scans, then tells pmcd it is ready: allow it some time
     for _ in range(30):
         probe = subprocess.run(
@@ -223,9 +240,7 @@ def install(agent_options: Sequence[str]) -> None:
         raise InstallError(
             f"pmcd does not serve mmv.control.files; see {cfg['PCP_LOG_DIR']}/pmcd/mmv.log"
         )
-    say(f"pmcd.conf: {line}")
-    say(f"pmprobe: {probe.strip()}")
-    say("pmda-mmv is installed; 'pmda-mmv remove' puts the stock mmv agent back")
+    return probe
 
 
 def installed_options(line: str, launcher: Path) -> list[str] | None:
