@@ -55,6 +55,11 @@ class Options(ServingOptions):
     containers: bool = False
 
 
+def add_max_size(p: argparse.ArgumentParser, text: str) -> None:
+    """``--max-size`` in MiB, as the agent takes it (``prune`` judges files by it too)."""
+    p.add_argument("--max-size", type=int, default=DEFAULT_MAX_SIZE // (1 << 20), help=text)
+
+
 def add_serving_options(p: argparse.ArgumentParser) -> None:
     """The options that decide what is served and under which numbers: one definition for
     the agent, ``check`` and ``debug`` (they must judge as the agent does)."""
@@ -65,12 +70,7 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         help="serve only files owned by these users (comma-separated "
         "names or uids); default: any owner, as the C agent",
     )
-    p.add_argument(
-        "--max-size",
-        type=int,
-        default=DEFAULT_MAX_SIZE // (1 << 20),
-        help="largest file served, in MiB (default 64)",
-    )
+    add_max_size(p, "largest file served, in MiB (default 64)")
     p.add_argument(
         "--max-total",
         type=int,

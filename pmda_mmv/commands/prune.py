@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from pmda_mmv.agent.options import add_max_size
 from pmda_mmv.directory.filestate import ignore_reason
 from pmda_mmv.directory.liveness import NoWriter, Writers
 from pmda_mmv.directory.policy import kind
@@ -270,11 +271,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="also say why each other file is kept"
     )
-    parser.add_argument(
-        "--max-size",
-        type=int,
-        default=DEFAULT_MAX_SIZE // (1 << 20),
-        help="the agent's --max-size, in MiB (default 64): larger files are not MMV to it",
+    add_max_size(
+        parser, "the agent's --max-size, in MiB (default 64): larger files are not MMV to it"
     )
     parser.add_argument(
         "dir", nargs="?", metavar="DIR", help="directory of MMV files (default $PCP_TMP_DIR/mmv)"
