@@ -71,6 +71,32 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         "names or uids); default: any owner, as the C agent",
     )
     add_max_size(p, "largest file served, in MiB (default 64)")
+    _add_totals(p)
+    p.add_argument(
+        "--registry",
+        help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
+        f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
+    )
+    p.add_argument(
+        "--registry-cap",
+        type=int,
+        default=identity.CAP,
+        help=f"names the identity registry remembers (default {identity.CAP})",
+    )
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME=GLOB[:owner=USER][:mode=MODE]",
+        help="serve the files matching GLOB (one owner's, agreeing) also as one tree "
+        "<prefix>.NAME.*, each metric aggregated over them: counters summed (departed "
+        "members' counts kept), others by MODE (sum, min, max, mostrecent; "
+        ":mode.METRIC=MODE for one metric); repeatable (docs/families.md)",
+    )
+
+
+def _add_totals(p: argparse.ArgumentParser) -> None:
+    """The bounds on what all served files hold together (docs/bounded.md)."""
     p.add_argument(
         "--max-total",
         type=int,
@@ -95,27 +121,6 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=MAX_INSTANCES,
         help=f"most instances of those indoms together (default {MAX_INSTANCES})",
-    )
-    p.add_argument(
-        "--registry",
-        help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
-        f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
-    )
-    p.add_argument(
-        "--registry-cap",
-        type=int,
-        default=identity.CAP,
-        help=f"names the identity registry remembers (default {identity.CAP})",
-    )
-    p.add_argument(
-        "--family",
-        action="append",
-        default=[],
-        metavar="NAME=GLOB[:owner=USER][:mode=MODE]",
-        help="serve the files matching GLOB (one owner's, agreeing) also as one tree "
-        "<prefix>.NAME.*, each metric aggregated over them: counters summed (departed "
-        "members' counts kept), others by MODE (sum, min, max, mostrecent; "
-        ":mode.METRIC=MODE for one metric); repeatable (docs/families.md)",
     )
 
 

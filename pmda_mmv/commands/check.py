@@ -136,8 +136,6 @@ class Directory:
             for sm in entry.metrics
             if (why := sm.metric.spill)
         ]
-        member = self.families.status(name)
-        family = {"name": member[0], "member": not member[1], "why": member[1]} if member else None
         return _doc(
             shown,
             status,
@@ -147,8 +145,13 @@ class Directory:
             conflicts=conflicts,
             writer=writer,
             spills=spills,
-            family=family,
+            family=self._family(name),
         )
+
+    def _family(self, name: str) -> Doc | None:
+        """The family entry ``name`` is (or is not) a member of, with why not; None."""
+        member = self.families.status(name)
+        return {"name": member[0], "member": not member[1], "why": member[1]} if member else None
 
     def _pmid(self, sm: ServedMetric) -> str:
         return f"{self.domain}.{sm.cluster}.{sm.item}"
