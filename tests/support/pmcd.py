@@ -340,6 +340,16 @@ class PrivatePmcd:
         time.sleep(0.5)
         self.wait_agents()
 
+    def restart_agent(self, probe: str = "mmv.control.files") -> None:
+        """A new agent process: the old ones killed, pmcd told (a request to the agent, then
+        SIGHUP) and restarting it."""
+        old = self.agent_processes()
+        for pid in old:
+            os.kill(pid, signal.SIGKILL)
+        self.run("pmprobe", probe)  # pmcd notices the agent has gone
+        self.sighup()
+        assert not set(old) & set(self.agent_processes())
+
     def wait_agents(self) -> None:
         """Wait until ``pmprobe ROOT`` lists at least one metric without an error for every
         agent with a PMNS root; raises PmcdError (with the logs) at the timeout, or at once

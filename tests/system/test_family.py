@@ -120,16 +120,6 @@ def newest_slot(mmv_dir: Path) -> int:
     return int(max(g1, key=lambda name: g1[name]).rsplit("_w", 1)[1])
 
 
-def restart_agent(pmcd: PrivatePmcd) -> None:
-    """A new agent process: the old one killed, pmcd restarts it at SIGHUP."""
-    old = pmcd.agent_processes()
-    for pid in old:
-        os.kill(pid, signal.SIGKILL)
-    pmcd.run("pmprobe", "mmv.control.files")  # pmcd notices the agent has gone
-    pmcd.sighup()
-    assert not set(old) & set(pmcd.agent_processes())
-
-
 def test_family_counters_never_fall_back_and_equal_what_the_workers_counted(
     private_pmcd: Callable[..., PrivatePmcd],
     private_mmv_dir: Path,
@@ -159,7 +149,7 @@ def test_family_counters_never_fall_back_and_equal_what_the_workers_counted(
             time.sleep(0.5)
             if n == RECYCLES // 2:  # the departure seen first (docs/families.md Limits):
                 family_values(pmcd, "mmv.websrv.requests")  # else it raced pmlogger's fetch
-                restart_agent(pmcd)
+                pmcd.restart_agent()
             now = {**family_values(pmcd, "mmv.websrv.requests")}
             now["hits"] = family_values(pmcd, "mmv.websrv.hits")[None]
             for k in last:

@@ -129,16 +129,6 @@ def identities(pmcd: PrivatePmcd, *names: str) -> dict[str, tuple[str, str, list
     return got
 
 
-def restart_agent(pmcd: PrivatePmcd) -> None:
-    """A new agent process: the old one killed, pmcd restarts it at SIGHUP."""
-    old = pmcd.agent_processes()
-    for pid in old:
-        os.kill(pid, signal.SIGKILL)
-    pmcd.run("pmprobe", "mmv.control.files")  # pmcd notices the agent has gone
-    pmcd.sighup()
-    assert not set(old) & set(pmcd.agent_processes())
-
-
 def test_every_name_keeps_its_numbers_across_agent_and_pmcd_restarts(
     private_dir: Path, writers: Writers
 ) -> None:
@@ -156,7 +146,7 @@ def test_every_name_keeps_its_numbers_across_agent_and_pmcd_restarts(
         first = identities(pmcd, *names)
         assert first["mmv.zz42.requests"][0] == "70.42.1"
         assert first["mmv.aa42.requests"][0] != "70.42.1"
-        restart_agent(pmcd)
+        pmcd.restart_agent()
         served(pmcd, *names)
         assert identities(pmcd, *names) == first
     finally:
@@ -241,7 +231,7 @@ def test_pmlogger_keeps_recording_across_agent_and_pmcd_restarts(
             env=dict(os.environ, PCP_TMP_DIR=str(pmcd.tmp_dir)),
         )
         time.sleep(5)
-        restart_agent(pmcd)
+        pmcd.restart_agent()
         served(pmcd, "web_a", "web_b", "web_c", "web_z")
         time.sleep(3)
         pmcd.stop()  # pmcd restarts on the same port: pmlogger reconnects

@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ import pytest
 from pmda_mmv.directory.filestate import NOT_READY_GRACE
 from tests.support import mmvbuild
 from tests.support.mmvbuild import single as one
-from tests.support.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent
+from tests.support.pmcd import PrivatePmcd, make_dir, our_agent
 from tests.support.served import (
     EMPTY,
     GOOD,
@@ -27,27 +27,9 @@ from tests.support.served import (
     Agent,
     Scratch,
     agent_pids,
-    scratch_in,
-    served_agent,
 )
 
 pytestmark = pytest.mark.pmcd
-
-
-@pytest.fixture(scope="module")
-def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
-    yield from kept_dir(request, "pmda-mmv-lifecycle-", "lifecycle work directory")
-
-
-@pytest.fixture(scope="module")
-def agent(base: Path) -> Iterator[Agent]:
-    yield from served_agent(base / "main")
-
-
-@pytest.fixture
-def scratch(agent: Agent) -> Iterator[Scratch]:
-    yield from scratch_in(agent)
 
 
 class Fetcher(threading.Thread):

@@ -19,7 +19,6 @@ from pcp.pmda import pmdaMetric
 
 from pmda_mmv.agent import pcpcompat
 from pmda_mmv.agent.options import parse_args
-from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Refused
@@ -31,6 +30,7 @@ from tests.support import hostile
 from tests.support.commands import pmda_mmv
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 from tests.support.served import GOOD, QUICK, Client, Served, serve, wait_served
+from tests.support.traced import traced_scan
 
 
 @pytest.fixture(scope="module")
@@ -128,18 +128,9 @@ def test_memory_per_empty_indom_is_cut(tmp_path: Path) -> None:
     indom no metric uses is not served (no PCP number, no table), and the indoms of no
     instances share one empty list and dict: 175 bytes traced an indom."""
     hostile.empty_indoms(tmp_path, 20, 2047)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        catalogue = Catalogue()
-        scanner = Scanner(str(tmp_path), catalogue, budget=None)
-        model = Serving(catalogue, print)
-        plan = model.apply(scanner.refresh(True))
-        gc.collect()
-        per_indom = tracemalloc.get_traced_memory()[0] / (20 * 2047)
-    finally:
-        tracemalloc.stop()
-    assert len(catalogue.files) == 20 and not plan.serials
+    scan = traced_scan(tmp_path)
+    per_indom = scan.traced / (20 * 2047)
+    assert len(scan.catalogue.files) == 20 and not scan.plan.serials
     assert per_indom < 300, per_indom
 
 

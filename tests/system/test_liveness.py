@@ -11,8 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
@@ -20,32 +18,13 @@ import pytest
 from pmda_mmv.mmvfile import layout
 from tests.support import mmvbuild
 from tests.support.mmvbuild import single as one
-from tests.support.pmcd import kept_dir
 from tests.support.served import (
     UNKNOWN_NAME,
     Agent,
     Scratch,
-    scratch_in,
-    served_agent,
 )
 
 pytestmark = pytest.mark.pmcd
-
-
-@pytest.fixture(scope="module")
-def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
-    yield from kept_dir(request, "pmda-mmv-liveness-", "liveness work directory")
-
-
-@pytest.fixture(scope="module")
-def agent(base: Path) -> Iterator[Agent]:
-    yield from served_agent(base / "main")
-
-
-@pytest.fixture
-def scratch(agent: Agent) -> Iterator[Scratch]:
-    yield from scratch_in(agent)
 
 
 def started_long_ago() -> int:

@@ -7,40 +7,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from pmda_mmv.mmvfile import layout
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 from tests.support.mmvbuild import single as one
-from tests.support.pmcd import kept_dir
 from tests.support.served import (
     GOOD,
     Agent,
     Scratch,
-    scratch_in,
-    served_agent,
 )
 
 pytestmark = pytest.mark.pmcd
-
-
-@pytest.fixture(scope="module")
-def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
-    yield from kept_dir(request, "pmda-mmv-names-", "names work directory")
-
-
-@pytest.fixture(scope="module")
-def agent(base: Path) -> Iterator[Agent]:
-    yield from served_agent(base / "main")
-
-
-@pytest.fixture
-def scratch(agent: Agent) -> Iterator[Scratch]:
-    yield from scratch_in(agent)
 
 
 def noprefix(cluster: int, *names: str, value: int = 999) -> MmvBuilder:

@@ -18,34 +18,15 @@ import psutil
 import pytest
 
 from tests.support.mmvbuild import single as one
-from tests.support.pmcd import kept_dir
 from tests.support.served import (
     UNKNOWN_NAME,
     Agent,
     Scratch,
     agent_pids,
-    scratch_in,
-    served_agent,
     start_agent,
 )
 
 pytestmark = pytest.mark.pmcd
-
-
-@pytest.fixture(scope="module")
-def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
-    yield from kept_dir(request, "pmda-mmv-policy-", "policy work directory")
-
-
-@pytest.fixture(scope="module")
-def agent(base: Path) -> Iterator[Agent]:
-    yield from served_agent(base / "main")
-
-
-@pytest.fixture
-def scratch(agent: Agent) -> Iterator[Scratch]:
-    yield from scratch_in(agent)
 
 
 def fifo(path: Path) -> object:

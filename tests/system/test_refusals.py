@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -29,36 +28,17 @@ from pmda_mmv.mmvfile import layout
 from tests.support import mmvbuild
 from tests.support.mmvbuild import Label, Metric, MmvBuilder, Value, sample
 from tests.support.mmvbuild import single as one
-from tests.support.pmcd import kept_dir
 from tests.support.served import (
     GOOD,
     UNKNOWN_NAME,
     Agent,
     Scratch,
-    scratch_in,
-    served_agent,
 )
 
 pytestmark = pytest.mark.pmcd
 
 
 # -- the served directory --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def base(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A module directory under /tmp (the agent runs as pcp); kept on failure."""
-    yield from kept_dir(request, "pmda-mmv-refusals-", "refusals work directory")
-
-
-@pytest.fixture(scope="module")
-def agent(base: Path) -> Iterator[Agent]:
-    yield from served_agent(base / "main")
-
-
-@pytest.fixture
-def scratch(agent: Agent) -> Iterator[Scratch]:
-    yield from scratch_in(agent)
 
 
 # -- corrupt and hostile files ---------------------------------------------------------------

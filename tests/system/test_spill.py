@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -173,15 +172,6 @@ def wait_served(pmcd: PrivatePmcd, subtree: str, n: int, timeout: float = 60) ->
             return got
         assert time.monotonic() < deadline, (len(got), pmcd.agent_log()[-3000:])
         time.sleep(0.3)
-
-
-def restart_agent(pmcd: PrivatePmcd) -> None:
-    old = pmcd.agent_processes()
-    for pid in old:
-        os.kill(pid, signal.SIGKILL)
-    pmcd.run("pmprobe", "mmv.control.files")
-    pmcd.sighup()
-    assert not set(old) & set(pmcd.agent_processes())
 
 
 def check_json(mmv_dir: Path, *paths: Path) -> list[dict[str, Any]]:
@@ -471,7 +461,7 @@ def test_two_big_files_keep_their_pmids_across_a_restart_in_the_other_order(
     # both leave; the agent restarts; they come back the other way round
     os.rename(mmv_dir / "aaa", stage / "aaa")
     os.rename(mmv_dir / "zzz", stage / "zzz")
-    restart_agent(pmcd)
+    pmcd.restart_agent()
     os.rename(stage / "zzz", mmv_dir / "zzz")
     wait_served(pmcd, "mmv.zzz", 1500)
     os.rename(stage / "aaa", mmv_dir / "aaa")
@@ -509,7 +499,7 @@ def test_hashed_items_that_collide_are_both_served(
     notes = {s["metric"]: s["why"] for s in verdict["spills"]}
     for first, second in pairs:  # the note names both metrics
         assert second in notes and repr(first) in notes[second]
-    restart_agent(pmcd)
+    pmcd.restart_agent()
     assert wait_served(pmcd, "mmv.client", len(names)) == ids
 
 
@@ -532,7 +522,7 @@ def test_pmlogger_archive_across_an_agent_restart_keeps_every_metric_apart(
     )
     try:
         time.sleep(4)
-        restart_agent(pmcd)
+        pmcd.restart_agent()
         wait_served(pmcd, "mmv.big", 1500)
         assert logger.wait(60) == 0, (private_dir / "pmlogger.log").read_text()
     finally:

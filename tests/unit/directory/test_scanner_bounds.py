@@ -4,19 +4,17 @@ changed names, reloads only when a file really changed, descriptors held by serv
 
 from __future__ import annotations
 
-import gc
 import os
 import struct
-import tracemalloc
 from pathlib import Path
 
 from pmda_mmv.agent.options import parse_args
-from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import fdlimit
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
 from tests.support.mmvbuild import new_generation
+from tests.support.traced import traced_scan
 
 
 def test_queued_changes_are_bounded(tmp_path: Path) -> None:
@@ -83,20 +81,9 @@ def test_memory_per_served_name_is_cut(tmp_path: Path) -> None:
     before (a closure, five cells, a tuple and a key list per name for its table builder),
     1,429 now; RSS 2,201 -> 1,593 bytes a name (100 files x 1,000 names)."""
     hostile.prefixed_names(tmp_path, 20, 1000)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        catalogue = Catalogue()
-        scanner = Scanner(str(tmp_path), catalogue, budget=None)
-        model = Serving(catalogue, print)
-        plan = model.apply(scanner.refresh(True))
-        for cluster, item in plan.pmids:
-            model.serve_metric(cluster, item)
-        gc.collect()
-        per_name = tracemalloc.get_traced_memory()[0] / len(model.served_names)
-    finally:
-        tracemalloc.stop()
-    assert len(model.served_names) == 20_000
+    scan = traced_scan(tmp_path, serve_metrics=True)
+    per_name = scan.traced / len(scan.model.served_names)
+    assert len(scan.model.served_names) == 20_000
     assert per_name < 1_600, per_name
 
 
