@@ -1,16 +1,21 @@
-"""Fixtures the system tests of one served agent share (test_lifecycle, test_liveness,
-test_names, test_policy, test_refusals): one agent under a private pmcd per module, in a
-work directory named after the module and kept on failure, and a scratch directory per
-test that the agent serves.  A module defining a fixture of the same name uses its own."""
+"""Fixtures the system tests share.  Those of one served agent (test_lifecycle,
+test_liveness, test_names, test_policy, test_refusals): one agent under a private pmcd per
+module, in a work directory named after the module and kept on failure, and a scratch
+directory per test that the agent serves; a module defining a fixture of the same name uses
+its own.  And examples/demo_writer.py writing into the private MMV directory (test_demo,
+test_readme)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.pmcd import kept_dir
+from tests.support.pmcd import CHECKOUT, kept_dir
 from tests.support.served import Agent, Scratch, scratch_in, served_agent
 
 
@@ -29,3 +34,20 @@ def agent(base: Path) -> Iterator[Agent]:
 @pytest.fixture
 def scratch(agent: Agent) -> Iterator[Scratch]:
     yield from scratch_in(agent)
+
+
+@pytest.fixture
+def demo_writer(private_mmv_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """examples/demo_writer.py writing every 0.2 s into the private MMV directory, once
+    both its files exist; stopped after the test."""
+    argv = [sys.executable, str(CHECKOUT / "examples" / "demo_writer.py")]
+    writer = subprocess.Popen(
+        [*argv, "--tmp-dir", str(private_mmv_dir.parent), "--interval", "0.2"]
+    )
+    deadline = time.monotonic() + 30
+    while len(list(private_mmv_dir.iterdir())) < 2 and time.monotonic() < deadline:
+        assert writer.poll() is None, "demo_writer.py exited"
+        time.sleep(0.1)
+    yield writer
+    writer.terminate()
+    writer.wait(10)

@@ -4,31 +4,15 @@ pmcd: instances, help text and labels of both files, and cleanup when the writer
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support.pmcd import CHECKOUT, PrivatePmcd, our_agent
+from tests.support.pmcd import PrivatePmcd, our_agent
 
 pytestmark = pytest.mark.pmcd
-
-
-@pytest.fixture
-def demo_writer(private_mmv_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
-    argv = [sys.executable, str(CHECKOUT / "examples" / "demo_writer.py")]
-    writer = subprocess.Popen(
-        [*argv, "--tmp-dir", str(private_mmv_dir.parent), "--interval", "0.2"]
-    )
-    deadline = time.monotonic() + 30
-    while len(list(private_mmv_dir.iterdir())) < 2 and time.monotonic() < deadline:
-        assert writer.poll() is None, "demo_writer.py exited"
-        time.sleep(0.1)
-    yield writer
-    writer.terminate()
-    writer.wait(10)
 
 
 def test_demo_metrics_have_instances_help_and_labels(

@@ -14,8 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,21 +128,6 @@ def test_the_scripts_do_what_the_readme_says() -> None:
 
 
 # -- the Querying commands, as shown -------------------------------------------------------
-
-
-@pytest.fixture
-def demo_writer(private_mmv_dir: Path) -> Iterator[None]:
-    argv = [sys.executable, str(CHECKOUT / "examples" / "demo_writer.py")]
-    writer = subprocess.Popen(
-        [*argv, "--tmp-dir", str(private_mmv_dir.parent), "--interval", "0.2"]
-    )
-    deadline = time.monotonic() + 30
-    while len(list(private_mmv_dir.iterdir())) < 2 and time.monotonic() < deadline:
-        assert writer.poll() is None, "demo_writer.py exited"
-        time.sleep(0.1)
-    yield
-    writer.terminate()
-    writer.wait(10)
 
 
 def querying(pmcd: PrivatePmcd, command: str) -> str:
