@@ -3,7 +3,9 @@ test_liveness, test_names, test_policy, test_refusals): one agent under a privat
 module, in a work directory named after the module and kept on failure, and a scratch
 directory per test that the agent serves; a module defining a fixture of the same name uses
 its own.  And examples/demo_writer.py writing into the private MMV directory (test_demo,
-test_readme)."""
+test_readme); a cgroup named as Docker names a container's (test_containers,
+test_containers_discovery); pcp.mmv writers in the private MMV directory (test_identity,
+test_identity_attacks)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pmcd import CHECKOUT, kept_dir
+from tests.support.containers import docker_cgroup
+from tests.support.identity import Writers
+from tests.support.pmcd import CHECKOUT, kept_dir, make_dir
 from tests.support.served import Agent, Scratch, scratch_in, served_agent
 
 
@@ -51,3 +55,20 @@ def demo_writer(private_mmv_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     yield writer
     writer.terminate()
     writer.wait(10)
+
+
+@pytest.fixture(scope="module")
+def cgroup() -> Iterator[tuple[Path | None, str]]:
+    """A cgroup named as Docker names a container's, and the container label the agent
+    must give the files of writers in it (tests/support/containers.py)."""
+    yield from docker_cgroup()
+
+
+@pytest.fixture
+def writers(private_dir: Path) -> Iterator[Writers]:
+    """pcp.mmv writers of files in the private MMV directory, stopped after the test."""
+    w = Writers(make_dir(private_dir / "tmp" / "mmv"))
+    try:
+        yield w
+    finally:
+        w.close()

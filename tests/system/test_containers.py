@@ -29,20 +29,17 @@ import pytest
 
 from pmda_mmv.directory.filestate import NO_WRITER, OK, PENDING
 from pmda_mmv.directory.liveness import Writers
-from pmda_mmv.directory.procfs import ProcIndex, container_of, innermost
+from pmda_mmv.directory.procfs import ProcIndex, innermost
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
+from tests.support.containers import NAMESPACED, PYTHON
 from tests.support.mmvbuild import Label, sample
 from tests.support.pmcd import kept_dir
 from tests.support.served import UNKNOWN_NAME, Agent, start_agent
 
 pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
 
-NAMESPACED = Path(__file__).parents[1] / "support" / "writers" / "namespaced.py"
-PYTHON = "/usr/bin/python3"  # python3-pcp's
-CONTAINER_ID = "c0ffee" * 10 + "c0de"
-CGROUPS = Path("/sys/fs/cgroup")
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
@@ -127,36 +124,6 @@ def agent(request: pytest.FixtureRequest) -> Iterator[Agent]:
             yield a
         finally:
             a.pmcd.stop()
-
-
-@pytest.fixture(scope="module")
-def cgroup() -> Iterator[tuple[Path | None, str]]:
-    """A cgroup named as Docker names a container's (v2, else v1 pids), and the label
-    the agent must give its writers' files; without a writable cgroup tree the writers stay
-    in this one, labelled by its path."""
-    for tree in (CGROUPS / "unified", CGROUPS, CGROUPS / "pids"):
-        path = tree / f"docker-{CONTAINER_ID}.scope"
-        try:
-            path.mkdir()
-        except OSError:
-            continue
-        if (path / "cgroup.procs").exists():
-            break
-        path.rmdir()
-    else:
-        from pmda_mmv.directory.procfs import cgroup_of
-
-        yield None, container_of(cgroup_of("/proc", os.getpid()))
-        return
-    try:
-        yield path, CONTAINER_ID
-    finally:
-        for _ in range(100):
-            try:
-                path.rmdir()
-                break
-            except OSError:  # its last process not reaped yet
-                time.sleep(0.05)
 
 
 def served(agent: Agent, metric: str, want: str = "1 17") -> str:

@@ -24,9 +24,9 @@ import pytest
 
 from pmda_mmv.directory.procfs import cgroup_of, container_of
 from tests.support import mmvbuild
+from tests.support.containers import CONTAINER_ID, NAMESPACED, PYTHON
 from tests.support.pmcd import kept_dir
 from tests.support.served import Agent, start_agent
-from tests.system.test_containers import CONTAINER_ID, NAMESPACED, PYTHON, cgroup  # noqa: F401
 
 pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
 
@@ -117,7 +117,7 @@ def wait_for(agent: Agent, metric: str, want: str, seconds: float = 20) -> str:
 
 def test_a_writer_in_its_own_mount_namespace_is_served_then_gone_with_it(
     agent: Agent,
-    cgroup: tuple[Path | None, str],  # noqa: F811 -- test_containers' fixture
+    cgroup: tuple[Path | None, str],
 ) -> None:
     """Discovered, served under mmv.containers.<container>, labelled with the container,
     in a cluster of its own though it asks for the host file's; the container's exit

@@ -23,10 +23,9 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.namespace.numbering import INDOM_MASK, PROBES, derived_indom
+from tests.support.identity import Writers, identities, served
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent
-from tests.system.test_identity import Writers, identities, served
-from tests.system.test_identity import writers as writers  # the fixture
 
 pytestmark = pytest.mark.pmcd
 

@@ -16,7 +16,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import mmvbuild
-from tests.unit.namespace.test_family import World, _changes, member
+from tests.support.family import World, file_changes, member
 
 
 def test_open_beneath_never_follows_a_symlink_nor_dotdot(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_a_containers_file_never_joins_a_host_family(tmp_path: Path) -> None:
     os.chown(path, 0, 0)
     entry = w.cat.add(MmvFile.open(str(path), name="containers/c1/w2"))
     assert entry is not None and entry.metrics  # served, under its own name
-    w.apply(_changes(added=[entry]))
+    w.apply(file_changes(added=[entry]))
     assert "containers/c1/w2" not in w.families.of_file
     assert w.fetch("requests") == {0: 3, 1: 4}
 

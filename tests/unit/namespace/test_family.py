@@ -1,90 +1,23 @@
 """Family rules without pmcd (pmda_mmv/namespace/family.py, pmda_mmv/agent/aggregate.py):
 agreement and its reasons, one owner, departed counts (from the departing file, kept in the
-registry), numbers that never move, modes; files from the test-only byte builder."""
+registry), numbers that never move, modes; the family served as tests/support/family.py
+serves it, from files of the test-only byte builder."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pmda_mmv.agent.serving import Serving
 from pmda_mmv.agent.tables import PM_IN_NULL
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 from pmda_mmv.namespace.registry import Registry
-from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+from tests.support.family import COUNT, World, member
+from tests.support.mmvbuild import Metric, Value
 
 STRANGER = 65534
-COUNT = 1 << 20  # pmUnits count^1
-
-
-def member(
-    requests: tuple[int, int] = (0, 0),
-    busy: int = 0,
-    generation: int = 0x5F5E1000000001,
-    busy_type: int = layout.TYPE_U32,
-    units: int = COUNT,
-    post: str = "post",
-) -> MmvBuilder:
-    b = MmvBuilder(cluster=0, generation=generation)
-    b.indoms.append(Indom(1, [Instance(0, "get"), Instance(1, post)]))
-    b.metrics.append(Metric("requests", 1, layout.TYPE_U64, layout.SEM_COUNTER, units, indom=1))
-    b.metrics.append(Metric("busy", 2, busy_type, layout.SEM_INSTANT))
-    b.values += [Value("requests", 0, requests[0]), Value("requests", 1, requests[1])]
-    b.values.append(Value("busy", None, busy))
-    return b
-
-
-class World:
-    def __init__(self, tmp: Path, spec: str, registry: Registry | None = None) -> None:
-        self.tmp = tmp
-        self.log: list[str] = []
-        self.registry = registry or Registry()
-        self.cat = Catalogue(log=self.log.append, registry=self.registry)
-        self.families = Families(self.cat, [parse_family(spec)], self.log.append)
-        self.model = Serving(self.cat, self.log.append, self.families)
-
-    def add(self, name: str, b: MmvBuilder, uid: int = 0) -> None:
-        path = self.tmp / name
-        b.write(path)
-        os.chown(path, uid, uid)
-        entry = self.cat.add(MmvFile.open(str(path)))
-        assert entry is not None
-        self.apply(_changes(added=[entry]))
-
-    def apply(self, changes: Any) -> None:
-        """What the glue does (pmda.MmvPMDA._apply), without its python3-pcp tables."""
-        plan = self.model.apply(changes)
-        for cluster, item in plan.pmids:
-            self.model.unserve_metric(cluster, item)
-        for cluster, item in plan.pmids:
-            self.model.serve_metric(cluster, item)
-
-    def remove(self, name: str) -> None:
-        entry = self.cat.remove(name)
-        assert entry is not None
-        self.apply(_changes(removed=[entry]))
-
-    def fetch(self, metric: str) -> dict[int, Any]:
-        cluster, item = self.cat.leaf_pmid[f"mmv.websrv.{metric}"]
-        self.model.prefetch()
-        self.model.snapshot_cluster(cluster, lambda e, err: None)
-        fetch = self.model.fetcher()
-        keys = [0, 1] if metric == "requests" else [PM_IN_NULL]
-        got = {k: fetch(cluster, item, k) for k in keys}
-        return {k: v[0] for k, v in got.items() if v is not None}
-
-
-def _changes(**kw: Any) -> Any:
-    from pmda_mmv.directory.filestate import Changes
-
-    return Changes(**kw)
 
 
 def test_counters_sum_live_members_plus_departed_ones_read_from_their_last_values(
