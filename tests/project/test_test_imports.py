@@ -1,7 +1,8 @@
 """No module imports a test module (``test_*.py``): what tests share lives in tests/support/
 (fixtures in a conftest.py), so a test module can be moved, renamed or run alone, and pytest
 never collects one module's tests or fixtures through another.  Found by reading every
-Python file's imports (ast), and proved to bite on a tree with one planted import."""
+Python file's imports (ast: import statements, ``importlib.import_module`` and
+``pytest_plugins``), and proved to bite on a tree with one planted import."""
 
 from __future__ import annotations
 
@@ -20,10 +21,32 @@ def is_test_module(name: str) -> bool:
     return any(part.startswith("test_") for part in name.split("."))
 
 
+def named_modules(node: ast.AST) -> list[str]:
+    """The module names given as strings to ``importlib.import_module`` or
+    ``pytest_plugins``."""
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        args = node.args[:1] if name == "import_module" else []
+    elif isinstance(node, ast.Assign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        plugins = any(getattr(t, "id", "") == "pytest_plugins" for t in targets)
+        args = [node.value] if plugins and node.value is not None else []
+    else:
+        return []
+    return [
+        c.value
+        for arg in args
+        for c in ast.walk(arg)
+        if isinstance(c, ast.Constant) and isinstance(c.value, str)
+    ]
+
+
 def imported_test_modules(source: str) -> list[str]:
     """The test modules the Python ``source`` imports, or imports names from."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        found += [m for m in named_modules(node) if is_test_module(m)]
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if is_test_module(a.name)]
         elif isinstance(node, ast.ImportFrom):
@@ -62,6 +85,8 @@ def test_no_module_imports_a_test_module() -> None:
         "from .test_family import member",
         "from . import test_family",
         "def f():\n    from tests.system.test_identity import served",
+        'pytest_plugins = ["tests.support.pmcd", "tests.system.test_identity"]',
+        'm = importlib.import_module("tests.unit.namespace.test_family")',
     ],
 )
 def test_a_planted_import_of_a_test_module_is_found(tmp_path: Path, line: str) -> None:
@@ -76,5 +101,6 @@ def test_imports_of_support_modules_are_not_found() -> None:
     source = (
         "import pytest\nfrom tests.support.family import World\nfrom tests.support import pmcd\n"
         "from pmda_mmv.directory.containers import tmp_dir\nimport tests.conftest\n"
+        'pytest_plugins = ["tests.support.pmcd"]\nimportlib.import_module("pmda_mmv.cli")\n'
     )
     assert imported_test_modules(source) == []
