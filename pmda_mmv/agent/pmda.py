@@ -108,10 +108,20 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if not self.opts.containers:  # --containers: stays root, as pmdaproc (containers.py)
             self.set_user(self.opts.username or pmContext.pmGetConfig("PCP_USER") or "pcp")
         # pmcd waits for a notready agent's first scan, answering "Try again": bounded too
+        started = time.monotonic()
         self._guard(self.refresh_metrics, None)(True, True, STARTUP_BUDGET)
+        self._guard(self._first_scan_line, None)(time.monotonic() - started)
         if self.opts.notready:
             self.pmda_ready()
         self.run()
+
+    def _first_scan_line(self, seconds: float) -> None:
+        """One info line: what the first scan loaded, and what waits for the requests."""
+        loaded = sum(state.entry is not None for state in self.scanner.states.values())
+        self.file_log.info(
+            f"{self.scanner.directory}: first scan: {loaded} files loaded in {seconds:.2f} s,"
+            f" {self.scanner.queued} queued for the next requests"
+        )
 
     def _guard(self, func: Callable[..., Any], fallback: Any) -> Callable[..., Any]:
         """Wrap a callback so that no exception escapes into libpcp_pmda; a failure logs

@@ -311,10 +311,11 @@ class PrivatePmcd:
 
     # -- life cycle
 
-    def start(self) -> None:
+    def start(self, wait_agents: bool = True) -> None:
         """Write the configuration, start pmcd (retrying on a port clash) and wait until it
-        answers and every agent with a PMNS root serves names; raises PmcdError.  Under
-        pytest, the running test must be marked ``pmcd`` (:func:`require_pmcd_marker`)."""
+        answers and (unless not ``wait_agents``: the test is pmcd's only client) every agent
+        with a PMNS root serves names; raises PmcdError.  Under pytest, the running test
+        must be marked ``pmcd`` (:func:`require_pmcd_marker`)."""
         require_pmcd_marker()
         self._write_config()
         for _ in range(3):
@@ -328,7 +329,8 @@ class PrivatePmcd:
         else:
             raise PmcdError(f"private pmcd found no free port:\n{self.pmcd_log()}")
         try:
-            self.wait_agents()
+            if wait_agents:
+                self.wait_agents()
         except BaseException:
             self.stop()
             raise
