@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pmda_mmv.directory.filestate import parse_owners
-from pmda_mmv.directory.scanner import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Scanner
+from pmda_mmv.directory.resources import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Limits
+from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -160,11 +161,13 @@ def scanner_for(
         directory,
         catalogue,
         owners=limits.owners,
-        max_size=limits.max_size,
-        max_total=limits.max_total,
-        max_names=limits.max_names,
-        max_indoms=limits.max_indoms,
-        max_instances=limits.max_instances,
+        limits=Limits(
+            limits.max_size,
+            limits.max_total,
+            limits.max_names,
+            limits.max_indoms,
+            limits.max_instances,
+        ),
         log=log,
         info=info,
     )

@@ -54,9 +54,9 @@ MAX_CONF: Final = 1 << 16  # bytes of a container's pcp.conf read, at most
 _DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class HostLoader(Protocol):
-    """What the containers need of the scanner's loader: its states, the scopes it resolves
-    container names with, and forgetting a name."""
+class HostEntries(Protocol):
+    """What the containers need of the scanner's entries: their states, the scopes the
+    loader resolves container names with, and forgetting a name."""
 
     states: dict[str, FileState]
     scopes: dict[str, tuple[str, dict[str, str]]]
@@ -65,10 +65,10 @@ class HostLoader(Protocol):
 
 
 class Host(Protocol):
-    """What the containers need of the scanner: its loader and its queue."""
+    """What the containers need of the scanner: its entries and its queue."""
 
     @property
-    def loader(self) -> HostLoader: ...
+    def entries(self) -> HostEntries: ...
     def enqueue(self, names: Iterable[str]) -> Changes: ...
 
 
@@ -243,7 +243,7 @@ class Containers:
                 c.labels["container"] = ident
             self.by_ns[ns], self.by_pidfd[pidfd] = c, c
             self._epoll.register(pidfd, select.EPOLLIN)
-            host.loader.scopes[c.scope] = (c.path, c.labels)
+            host.entries.scopes[c.scope] = (c.path, c.labels)
             self._next_list = float("-inf")  # listed at once
             self.log(f"{c.scope}: serving the MMV directory of mount namespace {ns} (PID {pid})")
             return
@@ -312,9 +312,9 @@ class Containers:
         """Forget a container gone: its files, as those of a removed directory."""
         changes = Changes()
         head = c.scope + "/"
-        for name in sorted(n for n in host.loader.states if n.startswith(head)):
-            changes.extend(host.loader.forget(name))
-        host.loader.scopes.pop(c.scope, None)
+        for name in sorted(n for n in host.entries.states if n.startswith(head)):
+            changes.extend(host.entries.forget(name))
+        host.entries.scopes.pop(c.scope, None)
         self.by_ns.pop(c.ns, None)
         if c.pidfd >= 0:
             self.by_pidfd.pop(c.pidfd, None)
@@ -338,8 +338,8 @@ class Containers:
             names = set()
         changes = Changes()
         head = c.scope + "/"
-        for gone in sorted(n for n in host.loader.states if n.startswith(head) and n not in names):
-            changes.extend(host.loader.forget(gone))
+        for gone in sorted(n for n in host.entries.states if n.startswith(head) and n not in names):
+            changes.extend(host.entries.forget(gone))
         changes.extend(host.enqueue(sorted(names)))
         return changes
 

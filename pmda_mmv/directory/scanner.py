@@ -1,7 +1,7 @@
 """Discovery and lifecycle of the files in one MMV directory, without PCP.
 
 :class:`Scanner` keeps every directory entry's state (:mod:`~.filestate`) and the
-:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`) up to date,
+:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`, :mod:`~.entries`) up to date,
 incrementally: :meth:`Scanner.refresh` runs at the start of each request (as the C agent's
 ``mmv_reload_maybe`` does) and costs one ``stat`` of the directory and one ``epoll_wait``
 when nothing changed.  It rescans the listing when the directory changed (mtime, or an
@@ -25,10 +25,10 @@ is retried when the catalogue frees one (in name order, until one is still refus
 refused past ``max_total``, ``max_names``, ``max_indoms`` or ``max_instances`` when a
 served file leaves.
 
-Policies (:mod:`~.dirpolicy`): dot-files are ignored; only regular files are read; a symlink
+Policies (:mod:`~.policy`): dot-files are ignored; only regular files are read; a symlink
 is followed only to a regular file inside the same directory; ``owners``; files larger than
 ``max_size`` are refused; a hard link to a file served under another name is refused
-(:mod:`~.loader`).  Every refusal is logged once per change of the file.
+(:mod:`~.resources`).  Every refusal is logged once per change of the file.
 """
 
 from __future__ import annotations
@@ -55,20 +55,11 @@ from pmda_mmv.directory.filestate import (
 )
 from pmda_mmv.directory.liveness import exit_reason, running
 from pmda_mmv.directory.loader import Loader
+from pmda_mmv.directory.resources import Limits
 from pmda_mmv.mmvfile.errors import Changed
-from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry, Log
 
-MAX_TOTAL: Final = 1 << 30  # bytes of all served files together (--max-total)
-MAX_NAMES: Final = 500_000
-MAX_INDOMS: Final = 100_000
-"""Served indoms of all served files together (--max-indoms): an indom no metric uses is
-not served and does not count."""
-MAX_INSTANCES: Final = 2_000_000
-"""Instances of the served indoms of all served files together (--max-instances)."""
-"""Metric names of all served files together (--max-names): about 0.8 GB of the agent at
-1.6 KB a name (issue 28; the C agent has no bound and was dropped at 1M names)."""
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
@@ -93,7 +84,7 @@ class Scanner:
         directory: str,
         catalogue: Catalogue,
         *,
-        max_size: int = DEFAULT_MAX_SIZE,
+        limits: Limits | None = None,
         owners: Iterable[int] | None = None,
         check_interval: float = 0.05,
         not_ready_grace: float = NOT_READY_GRACE,
@@ -101,31 +92,24 @@ class Scanner:
         clock: Callable[[], float] = time.monotonic,
         pidfd: bool = True,
         budget: float | None = BUDGET,
-        max_total: int = MAX_TOTAL,
-        max_names: int = MAX_NAMES,
         info: Log | None = None,
-        max_indoms: int = MAX_INDOMS,
-        max_instances: int = MAX_INSTANCES,
     ) -> None:
         self.loader = Loader(
             directory,
             catalogue,
-            max_size=max_size,
+            limits or Limits(),
             owners=owners,
             not_ready_grace=not_ready_grace,
             log=log,
             clock=clock,
             pidfd=pidfd,
-            max_total=max_total,
             info=info,
         )
-        self.loader.max_names = max_names
-        self.loader.max_indoms = max_indoms
-        self.loader.max_instances = max_instances
+        self.entries = self.loader.entries  # the entries' states and the served files
         self.directory = directory
         self.catalogue = catalogue
-        self.states = self.loader.states  # every entry's state, by name (the loader's)
-        self.log = self.loader.log
+        self.states = self.entries.states  # every entry's state, by name
+        self.log = self.entries.log
         self.clock = clock
         self.check_interval = check_interval
         self.budget = budget
@@ -150,17 +134,17 @@ class Scanner:
     def pending(self) -> bool:
         """True while a rescan is pending: a file is not ready, or a reload was requested
         (what ``mmv.control.reload`` reports)."""
-        return self.reload_requested or bool(self.loader.not_ready) or bool(self.loader.queue)
+        return self.reload_requested or bool(self.entries.not_ready) or bool(self.entries.queue)
 
     @property
     def queued(self) -> int:
         """Names waiting for a later request's budget to be loaded."""
-        return len(self.loader.queue)
+        return len(self.entries.queue)
 
     @property
     def retries(self) -> int:
         """Retries of files not ready so far (header reads or reopens)."""
-        return self.loader.backoff.retries
+        return self.entries.backoff.retries
 
     def served(self) -> list[FileEntry]:
         return list(self.catalogue.files.values())
@@ -210,27 +194,27 @@ class Scanner:
         # loading and validating take half the budget: cataloguing and the tables the rest
         deadline = now + budget / 2 if bounded and budget is not None else None
         self.deadline = now + budget if bounded and budget is not None else None
-        for name in dirty & self.loader.not_ready:  # an event for a file that waits: at once
-            self.loader.backoff.schedule(self.states[name], 0.0, now)
-        retry = set(self.loader.not_ready) if force else self.loader.backoff.due(now)
+        for name in dirty & self.entries.not_ready:  # an event for a file that waits: at once
+            self.entries.backoff.schedule(self.states[name], 0.0, now)
+        retry = set(self.entries.not_ready) if force else self.entries.backoff.due(now)
         for name in retry:
             self.states[name].key = UNSEEN
         if force or self.reload_requested or ALL in dirty or self._directory_changed():
             self.reload_requested = False
             changes.extend(self._rescan())
         else:
-            changes.extend(self.enqueue(sorted((dirty - self.loader.not_ready) | retry)))
+            changes.extend(self.enqueue(sorted((dirty - self.entries.not_ready) | retry)))
         if self.containers is not None:
             changes.extend(self.containers.refresh(self, now, deadline, self.clock))
         if force or now - self._last_check >= self.check_interval:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
-        freed = self.catalogue.freed + self.loader.released
-        self._starving = bool(self.loader.starved) and (self._starving or freed != self._freed)
+        freed = self.catalogue.freed + self.entries.released
+        self._starving = bool(self.entries.starved) and (self._starving or freed != self._freed)
         if self._starving:
             changes.extend(self._retry_starved(deadline))
-        self._freed = self.catalogue.freed + self.loader.released
+        self._freed = self.catalogue.freed + self.entries.released
         self._close_unserved(deadline)
         return changes
 
@@ -238,7 +222,7 @@ class Scanner:
         """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
         ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
         names unresolvable) and closed over the next requests."""
-        closing, done = self.loader.closing, 0
+        closing, done = self.entries.closing, 0
         for done, mf in enumerate(closing, 1):
             mf.close()
             if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
@@ -250,11 +234,11 @@ class Scanner:
         before is PENDING until it is reached."""
         changes = Changes()
         for name in names:
-            if name in self.loader.queue:
+            if name in self.entries.queue:
                 continue
-            self.loader.queue[name] = None
+            self.entries.queue[name] = None
             if name not in self.states:
-                self.states[name] = FileState(name, self.loader.instance(name), state=PENDING)
+                self.states[name] = FileState(name, self.entries.instance(name), state=PENDING)
                 changes.states = True
         return changes
 
@@ -265,10 +249,11 @@ class Scanner:
         rate) take turns with the others: every other request leaves them queued, in
         their place, while the files behind them load, so a stream of new heavy files
         cannot keep a small new file waiting more than a request or two."""
-        if not self.loader.queue:
+        if not self.entries.queue:
             return Changes()
         # the queue is not copied: a sweep of 100,000 names costs what each request reaches
-        queue, self.loader.queue = self.loader.queue, {}  # what loading queues meanwhile goes after
+        # what loading queues meanwhile goes after
+        queue, self.entries.queue = self.entries.queue, {}
         skip = deadline is not None and self.budget is not None and not self._heavy_turn
         self.loader.skip_bytes = (
             int(self.loader.load_rate * self.budget / 2) if skip and self.budget else None
@@ -284,8 +269,8 @@ class Scanner:
             for name in done:
                 if name not in skipped:
                     del queue[name]
-            queue.update(self.loader.queue)  # a name queued again keeps its place
-            self.loader.queue = queue
+            queue.update(self.entries.queue)  # a name queued again keeps its place
+            self.entries.queue = queue
         return changes
 
     def _retry_starved(self, deadline: float | None) -> Changes:
@@ -293,12 +278,12 @@ class Scanner:
         max_total, again in name order, until one still lacks it; past ``deadline`` (once
         one was looked at) the rest wait, still starved, for the next requests."""
         changes = Changes()
-        for i, name in enumerate(sorted(self.loader.starved)):
+        for i, name in enumerate(sorted(self.entries.starved)):
             if deadline is not None and i and self.clock() >= deadline:
                 return changes  # _starving stays set: the next request goes on
             self.states[name].key = UNSEEN
             changes.extend(self.loader.consider([name])[0])
-            if name in self.loader.starved:
+            if name in self.entries.starved:
                 break
         self._starving = False
         return changes
@@ -310,9 +295,9 @@ class Scanner:
         if name in self.states:
             self.states[name].key = UNSEEN
         if self.deadline is not None and self.clock() >= self.deadline:
-            self.loader.queue[name] = None
+            self.entries.queue[name] = None
             return None
-        self.loader.queue.pop(name, None)
+        self.entries.queue.pop(name, None)
         return self.loader.consider([name])[0]
 
     def _directory_changed(self) -> bool:
@@ -348,13 +333,13 @@ class Scanner:
             names = []
         changes = Changes()
         for gone in sorted(n for n in set(self.states).difference(names) if "/" not in n):
-            changes.extend(self.loader.forget(gone))
+            changes.extend(self.entries.forget(gone))
         # new names first: a new file is visible at the next request however many are known;
         # known names after (one renamed over them has a new stat), within the budget
-        queue, self.loader.queue = self.loader.queue, {}
+        queue, self.entries.queue = self.entries.queue, {}
         changes.extend(self.enqueue([n for n in names if n not in self.states]))
-        self.loader.queue.update(queue)  # then what was queued, then the rest (all known now)
-        self.loader.queue.update(dict.fromkeys(names))
+        self.entries.queue.update(queue)  # then what was queued, then the rest (all known now)
+        self.entries.queue.update(dict.fromkeys(names))
         return changes
 
     # -- served files: generation and writer
@@ -378,7 +363,7 @@ class Scanner:
             writer = state.writer
             if writer is not None and writer.fd < 0 and not running(writer):
                 why = exit_reason(entry.mf.path, entry.mf, writer)
-                self.loader.set_state(state, EXITED, why, changes)
+                self.entries.set_state(state, EXITED, why, changes)
         for name in stale:  # reloaded within the budget, this request or the next ones
             self.states[name].key = UNSEEN
         changes.extend(self.enqueue(stale))
@@ -387,9 +372,9 @@ class Scanner:
     def _exited(self) -> Changes:
         """Served files whose writer exited since the last request: one epoll_wait."""
         changes = Changes()
-        for name in self.loader.writers.exited():
+        for name in self.entries.writers.exited():
             state = self.states[name]
             assert state.entry is not None
             mf = state.entry.mf
-            self.loader.set_state(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
+            self.entries.set_state(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
         return changes

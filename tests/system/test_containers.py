@@ -267,7 +267,7 @@ def test_the_writer_search_is_bounded_by_the_request_budget(
         assert {n: s.state for n, s in scanner.states.items()} == dict.fromkeys(
             ("c0", "c1", "c2"), OK
         )
-        walks: Writers = scanner.loader.writers
+        walks: Writers = scanner.entries.writers
         assert walks.walks == 1
         assert len(times) > 1, (walk, times)  # the walk took more than one request
         # a slice ends at the first WALK_STEP boundary past the budget; 20 ms: the rest
@@ -383,7 +383,7 @@ def test_a_generation_in_the_future_does_not_keep_the_writer_search_going(
             break
     state = scanner.states["future"]
     assert state.state == NO_WRITER, (state.state, state.problems)
-    walks: Writers = scanner.loader.writers
+    walks: Writers = scanner.entries.writers
     assert walks.walks == 1
 
 

@@ -19,6 +19,7 @@ from pcp.pmda import pmdaMetric
 
 from pmda_mmv.agent import pcpcompat
 from pmda_mmv.agent.options import parse_args
+from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Refused
@@ -170,14 +171,18 @@ def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: P
     assert (opts.max_indoms, opts.max_instances) == (7, 40)
     for k in range(3):
         _indoms_file(tmp_path / f"d{k}", 300 + k, 3, 4)  # 3 indoms, 12 instances each
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None, max_indoms=7)
+    scanner = Scanner(
+        str(tmp_path), Catalogue(), check_interval=0, budget=None, limits=Limits(max_indoms=7)
+    )
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d0", "d1"]
     assert "--max-indoms" in scanner.states["d2"].last_problem
     (tmp_path / "d0").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d1", "d2"]
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None, max_instances=30)
+    scanner = Scanner(
+        str(tmp_path), Catalogue(), check_interval=0, budget=None, limits=Limits(max_instances=30)
+    )
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d1", "d2"]
     _indoms_file(tmp_path / "d3", 310, 1, 7)

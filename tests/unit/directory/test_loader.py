@@ -17,6 +17,7 @@ import pytest
 
 from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED, UNSEEN
 from pmda_mmv.directory.loader import Loader
+from pmda_mmv.directory.resources import Limits
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import single
 
@@ -32,13 +33,12 @@ class Loaded:
         self.loader = Loader(
             str(directory),
             Catalogue(),
-            max_size=MAX_SIZE,
+            Limits(max_size=MAX_SIZE, max_total=max_total),
             owners=None,
             not_ready_grace=10.0,
             log=self.lines.append,
             clock=time.monotonic,
             pidfd=True,
-            max_total=max_total,
         )
 
     def consider(self, *names: str) -> tuple[list[str], list[str]]:
@@ -50,14 +50,14 @@ class Loaded:
         return [e.name for e in changes.added], [e.name for e in changes.removed]
 
     def state(self, name: str) -> tuple[str, str]:
-        s = self.loader.states[name]
+        s = self.loader.entries.states[name]
         return s.state, s.last_problem
 
     def close(self) -> None:
-        for state in self.loader.states.values():
+        for state in self.loader.entries.states.values():
             if state.entry is not None:
                 state.entry.mf.close()
-        for mf in self.loader.closing:
+        for mf in self.loader.entries.closing:
             mf.close()
 
 
@@ -78,15 +78,15 @@ def test_files_are_served_in_name_order_first_come_first_served(
     added, removed = loaded.consider("b", "a")
     assert added == ["a", "b"] and removed == []
     assert loaded.state("a") == (OK, "") and loaded.state("b") == (OK, "")
-    assert sorted(loaded.loader.catalogue.files) == ["a", "b"]
+    assert sorted(loaded.loader.entries.catalogue.files) == ["a", "b"]
 
 
 def test_an_unchanged_entry_is_not_loaded_again(tmp_path: Path, loaded: Loaded) -> None:
     single(5).write(tmp_path / "app")
     assert loaded.consider() == (["app"], [])
-    entry = loaded.loader.states["app"].entry
+    entry = loaded.loader.entries.states["app"].entry
     assert loaded.consider() == ([], [])
-    assert loaded.loader.states["app"].entry is entry
+    assert loaded.loader.entries.states["app"].entry is entry
 
 
 def test_a_rewritten_file_is_unserved_and_served_anew(tmp_path: Path, loaded: Loaded) -> None:
@@ -103,7 +103,7 @@ def test_a_gone_entry_is_forgotten(tmp_path: Path, loaded: Loaded) -> None:
     loaded.consider()
     (tmp_path / "app").unlink()
     assert loaded.consider("app") == ([], ["app"])
-    assert "app" not in loaded.loader.states
+    assert "app" not in loaded.loader.entries.states
 
 
 def test_a_hard_link_is_refused_until_its_file_goes(tmp_path: Path, loaded: Loaded) -> None:
@@ -132,16 +132,16 @@ def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: P
             f"{tmp_path}/c: file size {size}: the served files would hold more than "
             f"{size * 2} bytes (--max-total), file not served"
         )
-        assert lo.loader.starved == {"c"}  # the scanner retries it when a file leaves
-        unchanged = lo.loader.states["c"].key
+        assert lo.loader.entries.starved == {"c"}  # the scanner retries it when a file leaves
+        unchanged = lo.loader.entries.states["c"].key
         assert lo.consider("c") == ([], [])  # as it was: not looked at again
         (tmp_path / "a").unlink()
         lo.consider("a")
-        lo.loader.states["c"].key = unchanged  # the same stat: a retry must not look at it
+        lo.loader.entries.states["c"].key = unchanged  # the same stat: a retry must not look at it
         assert lo.consider("c") == ([], [])
-        lo.loader.states["c"].key = UNSEEN  # what the scanner's retry of starved files does
+        lo.loader.entries.states["c"].key = UNSEEN  # what the scanner's retry of starved files does
         assert lo.consider("c") == (["c"], [])
-        assert lo.loader.starved == set()
+        assert lo.loader.entries.starved == set()
     finally:
         lo.close()
 
@@ -153,7 +153,7 @@ def test_a_file_not_written_yet_is_not_ready(tmp_path: Path, loaded: Loaded) -> 
     assert state == NOT_READY
     assert problem.endswith("file.size at offset 0: size 0, not written yet")
     single(5).write(tmp_path / "empty")
-    loaded.loader.states["empty"].key = UNSEEN  # its retry is due (the backoff's part)
+    loaded.loader.entries.states["empty"].key = UNSEEN  # its retry is due (the backoff's part)
     assert loaded.consider("empty") == (["empty"], [])
 
 

@@ -24,6 +24,7 @@ from pmda_mmv.directory.filestate import (
     PENDING,
     REFUSED,
 )
+from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace import numbering, served
@@ -241,8 +242,8 @@ def test_status_instance_ids_are_never_reused_and_departed_names_bounded(
         os.unlink(d.path / f"gone{n}")
         d.refresh()
     assert len(set(ids)) == len(ids)
-    assert len(d.scanner.loader._instances) - len(d.scanner.states) <= 4 * 9 // 8 + 1
-    assert "stays" in d.scanner.loader._instances and "gone0" not in d.scanner.loader._instances
+    assert len(d.scanner.entries._instances) - len(d.scanner.states) <= 4 * 9 // 8 + 1
+    assert "stays" in d.scanner.entries._instances and "gone0" not in d.scanner.entries._instances
 
 
 def test_empty_file_is_not_ready_until_written(d: Dir) -> None:
@@ -523,7 +524,7 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
     b = sample()
     b.write(tmp_path / "big")
     size = (tmp_path / "big").stat().st_size
-    scanner = Scanner(str(tmp_path), Catalogue(), max_size=size - 1)
+    scanner = Scanner(str(tmp_path), Catalogue(), limits=Limits(max_size=size - 1))
     scanner.refresh()
     assert scanner.states["big"].state == REFUSED
     assert f"exceeds {size - 1}" in scanner.states["big"].last_problem
@@ -774,7 +775,7 @@ def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> 
     one(cluster=1).write(first)
     one(cluster=2).write(second)
     size = first.stat().st_size
-    scanner = Scanner(str(tmp_path), Catalogue(), max_total=size + size // 2)
+    scanner = Scanner(str(tmp_path), Catalogue(), limits=Limits(max_total=size + size // 2))
     scanner.refresh()
     assert set(scanner.catalogue.files) == {"a"}
     assert scanner.states["b"].state == REFUSED
@@ -802,7 +803,7 @@ def test_files_refused_for_the_total_size_come_back_within_the_budget_in_order(
     scanner = Scanner(
         str(tmp_path),
         Catalogue(),
-        max_total=big.stat().st_size,
+        limits=Limits(max_total=big.stat().st_size),
         clock=lambda: next(ticks) * 1.0,
     )
     scanner.refresh(force=True)

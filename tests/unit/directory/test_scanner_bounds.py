@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pmda_mmv.agent.options import parse_args
 from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import hostile, mmvbuild
@@ -62,7 +63,9 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
     ``max_files`` descriptors (fdlimit.py); one more file is refused naming the limit,
     while the directory is still listed, and served once a served file leaves."""
     scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
-    scanner.loader.max_files = 6  # descriptors: a file loading counts two (its pidfd, if any)
+    scanner.loader.resources.max_files = (
+        6  # descriptors: a file loading counts two (its pidfd, if any)
+    )
     for k in range(4):
         mmvbuild.single(10 + k, k).write(tmp_path / f"f{k}")
     scanner.refresh()
@@ -93,7 +96,13 @@ def test_served_names_stop_at_max_names_and_resume(tmp_path: Path) -> None:
     is refused naming the option, and served once a file leaves."""
     assert parse_args(["--max-names", "2500"]).max_names == 2500
     hostile.prefixed_names(tmp_path, 3, 1000)
-    scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None, max_names=2500)
+    scanner = Scanner(
+        str(tmp_path),
+        Catalogue(),
+        check_interval=0,
+        budget=None,
+        limits=Limits(max_names=2500),
+    )
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f000", "f001"]
     assert "--max-names" in scanner.states["f002"].last_problem
