@@ -14,6 +14,7 @@ from typing import Final, NamedTuple
 
 from pmda_mmv.directory.filestate import FileState
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.rules import printable
 
 
 class ControlMetric(NamedTuple):
@@ -129,6 +130,12 @@ class StatusMetric(NamedTuple):
     read: Callable[[FileState], object]
 
 
+def _last_problem(state: FileState) -> str:
+    """The last problem of ``state`` as one escaped line ("" when it has none)."""
+    problem = state.last_problem
+    return printable(str(problem)) if problem is not None else ""
+
+
 def _status(
     name: str, ptype: int, oneline: str, read: Callable[[FileState], object]
 ) -> StatusMetric:
@@ -152,7 +159,7 @@ FILE_STATUS: Final = {
         "control.file.last_problem",
         layout.TYPE_STRING,
         "The last problem found: file, field, byte offset and reason",
-        lambda s: s.last_problem,
+        lambda s: _last_problem(s),
     ),
     13: _status(
         "control.file.metrics", layout.TYPE_U32, "Number of metrics served from the file", _metrics

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
@@ -42,10 +41,10 @@ from pmda_mmv.agent.options import (
 from pmda_mmv.commands.pcpenv import var_dir
 from pmda_mmv.directory.filestate import (
     IGNORED,
-    NOT_READY,
     OK,
     REFUSED,
     ignore_reason,
+    status_of,
 )
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed, MmvError
@@ -55,29 +54,6 @@ from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 Doc = dict[str, Any]
-
-
-def _problem_doc(line: str, path: str) -> Doc:
-    """One problem line of the scanner (``path: field[ at offset N]: message``, the
-    format of :class:`~.errors.MmvError` and of the catalogue's lines) as field, offset
-    and message; a line without a field is about the whole ``file``."""
-    rest = line.removeprefix(f"{path}: ")
-    m = _PROBLEM.match(rest)
-    if m is None:
-        return {"field": "file", "offset": -1, "message": rest}
-    offset = m.group("offset")
-    return {
-        "field": m.group("field"),
-        "offset": int(offset) if offset is not None else -1,
-        "message": m.group("message"),
-    }
-
-
-_PROBLEM = re.compile(
-    r"(?P<field>[A-Za-z_][\w.\[\]]*(?: [\w.\[\]]+){0,2}?)(?: at offset (?P<offset>\d+))?: "
-    r"(?P<message>.*)",
-    re.DOTALL,
-)
 
 
 class Directory:
@@ -112,9 +88,7 @@ class Directory:
             return _doc(shown, REFUSED, _not_listed(path))
         entry = state.entry
         if entry is None:
-            if state.error is not None:
-                return _doc(shown, state.state, [state.error.as_dict()])
-            problems = [_problem_doc(p, path) for p in state.problems]
+            problems = [p.as_dict() for p in state.problems]
             return _doc(
                 shown, state.state, problems, conflicts=self._lost(path)[: layout.MAX_PROBLEMS]
             )
@@ -123,9 +97,8 @@ class Directory:
         try:
             mf.snapshot()  # what a fetch reads: a file changed underneath must be reloaded
         except Changed as e:
-            return _doc(shown, NOT_READY, [e.as_dict()])
-        problems = [p.as_dict() for p in mf.problems]
-        problems += [_problem_doc(p, "") for p in entry.problems]
+            return _doc(shown, status_of(e), [e.as_dict()])
+        problems = [p.as_dict() for p in state.problems]
         served = [m.name for m in entry.metrics]
         conflicts = self._cluster_lost(entry)
         conflicts += self._names_lost(mf, set(served), entry.cluster)

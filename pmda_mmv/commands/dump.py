@@ -32,10 +32,10 @@ from pmda_mmv.commands.check import (
 )
 from pmda_mmv.commands.dumptext import render_dump
 from pmda_mmv.commands.pcpenv import units_text
-from pmda_mmv.directory.filestate import NOT_READY, OK, PARTIAL, REFUSED
+from pmda_mmv.directory.filestate import OK, PARTIAL, status_of
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
-from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady
+from pmda_mmv.mmvfile.errors import Changed, MmvError
 from pmda_mmv.mmvfile.reader import MmvFile
 
 SEMANTICS_TEXT = {layout.SEM_UNSET: "unset (served as counter)", **layout.SEM_NAMES}
@@ -44,12 +44,6 @@ FLAG_TEXT = {
     layout.FLAG_PROCESS: "process",
     layout.FLAG_SENTINEL: "sentinel",
 }
-
-
-def status_of(error: MmvError) -> str:
-    """The check status of a file whose open or read raised ``error``: ``not-ready`` for
-    NotReady and Changed (transient: try again), ``refused`` for anything else."""
-    return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
 
 
 def describe(path: str) -> Doc:
@@ -73,7 +67,7 @@ def describe(path: str) -> Doc:
         try:
             values = _values(mf, mf.snapshot())
         except Changed as e:
-            return {"file": path, "status": NOT_READY, "problems": [e.as_dict()], "header": None}
+            return {"file": path, "status": status_of(e), "problems": [e.as_dict()], "header": None}
         return {
             "file": path,
             "status": PARTIAL if mf.problems else OK,

@@ -74,7 +74,7 @@ class Backoff:
         self.schedule(state, state.delay, now + state.delay)
         if now >= state.log_after:
             state.log_after = float("inf")
-            self.log(state.last_problem)
+            self.log(str(state.last_problem))
 
     def keep_head(self, state: FileState, target: str, st: os.stat_result) -> None:
         """Remember the header of a file that was found not ready, read through a kept

@@ -27,6 +27,7 @@ from pmda_mmv.directory.filestate import (
 from pmda_mmv.directory.liveness import Writer, Writers
 from pmda_mmv.directory.resources import Inode, Resources
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable, with_labels
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -148,7 +149,9 @@ class Entries:
         if entry is None:
             _close(mf, writer)
             self.requeue(self.resources.links(inode))
-            self.set_state(state, REFUSED, self.catalogue.refusal, changes, logged=True)
+            refusal = self.catalogue.refusal
+            assert refusal is not None
+            self.set_state(state, REFUSED, refusal, changes, logged=True)
             if self.catalogue.starved:
                 self.starved.add(state.name)
             return
@@ -169,7 +172,6 @@ class Entries:
         resources counted, the writer watched, its problems logged and kept."""
         mf, (writer, inode) = entry.mf, found
         state.entry = entry
-        state.error = None
         self.resources.add(entry, state.name, inode)
         state.inode = inode  # None through a symlink
         labels = self.scopes.get(state.name.rpartition("/")[0], ("", {}))[1]
@@ -184,9 +186,8 @@ class Entries:
             self.starved.discard(state.name)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
-        problems = _problems(mf, entry)
-        state.problems = [printable(p) for p in problems]
-        state.state = PARTIAL if problems else OK
+        state.problems = _problems(mf, entry)
+        state.state = PARTIAL if state.problems else OK
         self.not_ready.discard(state.name)
         self.backoff.unpeek(state)
         changes.added.append(entry)
@@ -201,18 +202,17 @@ class Entries:
         _close(mf, writer)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
-        problems = [printable(p) for p in _problems(mf, entry)]
-        problems = problems or [f"{mf.path}: metrics: no metric entry served"]
+        problems = _problems(mf, entry) or [Problem(mf.path, "metrics", "no metric entry served")]
         self.set_state(state, REFUSED, problems[-1], changes, logged=True)
         state.problems = problems
         if entry.starved:
             self.starved.add(state.name)
 
     def set_state(
-        self, state: FileState, new: str, problem: str, changes: Changes, logged: bool = False
+        self, state: FileState, new: str, problem: Problem, changes: Changes, logged: bool = False
     ) -> None:
-        problem = printable(problem)
-        state.error = None
+        """Move ``state`` to ``new`` for ``problem`` (logged once per change, unless
+        ``logged`` already; a not-ready one only once it stays so)."""
         if state.entry is not None:
             changes.removed.append(self._unserve(state))
         changed = state.state != new or state.last_problem != problem
@@ -229,7 +229,7 @@ class Entries:
             self.not_ready.add(state.name)
         else:
             if changed and not logged:
-                (self.info if new == EXITED else self.log)(problem)
+                (self.info if new == EXITED else self.log)(str(problem))
             self.not_ready.discard(state.name)
             self.backoff.unpeek(state)
         if changed:
@@ -262,7 +262,6 @@ def _close(mf: MmvFile, writer: Writer | None) -> None:
         writer.close()
 
 
-def _problems(mf: MmvFile, entry: FileEntry) -> list[str]:
-    """What was skipped of a served file, one line each: the reader's, then the
-    catalogue's."""
-    return [str(p) for p in mf.problems] + [f"{mf.path}: {p}" for p in entry.problems]
+def _problems(mf: MmvFile, entry: FileEntry) -> list[Problem]:
+    """What was skipped of a served file: the reader's, then the catalogue's."""
+    return [p.problem for p in mf.problems] + entry.problems

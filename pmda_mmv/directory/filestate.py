@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pmda_mmv.directory.liveness import Writer
-from pmda_mmv.mmvfile.errors import MmvError
+from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady, Problem
 from pmda_mmv.namespace.served import FileEntry
 
 OK: Final = "ok"
@@ -30,6 +30,14 @@ UNSEEN: Final = (-1,)
 
 ALL: Final = "\0all"
 """Marker queued by the watcher when the whole directory must be listed again."""
+
+
+def status_of(error: MmvError) -> str:
+    """The state of a file whose open or read raised ``error``: ``not-ready`` for NotReady
+    and Changed (the writer is not done, or the file changed while it was read: it is
+    retried), ``refused`` for anything else.  The one mapping of the agent, ``check``,
+    ``dump`` and ``debug``."""
+    return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
 
 
 def ignore_reason(name: str) -> str | None:
@@ -54,14 +62,13 @@ def parse_owners(spec: str | None) -> tuple[int, ...] | None:
 @dataclass(slots=True)
 class FileState:
     """What the agent knows of one directory entry: ``state`` (see the module constants),
-    ``problems`` (one line each, newest last), the served ``entry`` (or None), the stat
+    ``problems`` (as data, newest last), the served ``entry`` (or None), the stat
     ``key`` it was last looked at with, and a stable ``instance`` id for the status indom."""
 
     name: str
     instance: int
     state: str = ""
-    problems: list[str] = field(default_factory=list)
-    error: MmvError | None = None  # the reader's refusal (or not-ready), for check's fields
+    problems: list[Problem] = field(default_factory=list)
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)
     writer: Writer | None = None  # of the served entry, when it is a PROCESS file
@@ -74,8 +81,8 @@ class FileState:
     head: bytes | None = None  # while not ready: its header when it was last opened
 
     @property
-    def last_problem(self) -> str:
-        return self.problems[-1] if self.problems else ""
+    def last_problem(self) -> Problem | None:
+        return self.problems[-1] if self.problems else None
 
 
 @dataclass(slots=True)

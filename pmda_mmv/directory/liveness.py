@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Final
 
 from pmda_mmv.directory import procfs
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 
 if TYPE_CHECKING:
@@ -121,15 +122,16 @@ class Searching(Exception):
     file is looked at again at the next request."""
 
 
-def reason_line(path: str, reason: str) -> str:
-    """The problem line of a PROCESS file without a live writer."""
-    return f"{path}: {layout.header_field('process')}: {reason} (MMV_FLAG_PROCESS), file not served"
+def writer_problem(path: str, reason: str) -> Problem:
+    """The problem of a PROCESS file without a live writer."""
+    why = f"{reason} (MMV_FLAG_PROCESS), file not served"
+    return Problem(path, "header.process", why, layout.HEADER.at["process"])
 
 
-def exit_reason(path: str, mf: MmvFile, writer: Writer | None = None) -> str:
-    """The problem line of a PROCESS file whose writer has exited."""
+def exit_problem(path: str, mf: MmvFile, writer: Writer | None = None) -> Problem:
+    """The problem of a PROCESS file whose writer has exited."""
     what = writer.exited_reason() if writer is not None else None
-    return reason_line(path, what or f"writer process {mf.header.process} has exited")
+    return writer_problem(path, what or f"writer process {mf.header.process} has exited")
 
 
 @dataclass(slots=True)

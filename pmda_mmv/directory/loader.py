@@ -25,11 +25,12 @@ from pmda_mmv.directory.filestate import (
     UNSEEN,
     Changes,
     FileState,
+    status_of,
 )
-from pmda_mmv.directory.liveness import NoWriter, Searching, Writer, reason_line
+from pmda_mmv.directory.liveness import NoWriter, Searching, Writer, writer_problem
 from pmda_mmv.directory.policy import Skip, resolve
 from pmda_mmv.directory.resources import Inode, Limits, Resources
-from pmda_mmv.mmvfile.errors import MmvError, NotReady
+from pmda_mmv.mmvfile.errors import MmvError, Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import Log
@@ -155,9 +156,8 @@ class Loader:
         """An unexpected exception loading ``state`` (a defect, or an environment the agent
         did not foresee) is this file's problem: refused with the exception named, looked
         at again when its stat changes; the other files of the scan are still served."""
-        why = f"{path}: unexpected error while loading ({type(error).__name__}: {error})"
-        self.entries.set_state(state, REFUSED, why + ", not served", changes)
-        state.error = None
+        why = f"unexpected error while loading ({type(error).__name__}: {error}), not served"
+        self.entries.set_state(state, REFUSED, Problem(path, "", why), changes)
 
     def _load(
         self,
@@ -188,14 +188,11 @@ class Loader:
             return None
         try:
             mf = MmvFile.open(target, max_size=self.limits.max_size, name=state.name)
-        except NotReady as e:
-            self.entries.set_state(state, NOT_READY, str(e), changes)
-            state.error = e
-            self.entries.backoff.keep_head(state, target, st)
-            return None
-        except MmvError as e:
-            self.entries.set_state(state, REFUSED, str(e), changes)
-            state.error = e
+        except MmvError as e:  # not ready, changed while read (retried) or refused
+            status = status_of(e)
+            self.entries.set_state(state, status, e.problem, changes)
+            if status == NOT_READY:
+                self.entries.backoff.keep_head(state, target, st)
             return None
         found = self._writer(state, mf, (path, deadline), changes)
         if found is None:
@@ -218,7 +215,7 @@ class Loader:
             if skip.key is not None and skip.key == state.key:
                 return None
             state.key = skip.key
-            self.entries.set_state(state, REFUSED, f"{path}: {skip}", changes)
+            self.entries.set_state(state, REFUSED, Problem(path, "", str(skip)), changes)
             return None
 
     def _writer(
@@ -245,7 +242,7 @@ class Loader:
             return None
         except NoWriter as e:
             mf.close()
-            why = reason_line(path, e.reason)
+            why = writer_problem(path, e.reason)
             self.entries.set_state(state, EXITED if e.exited else NO_WRITER, why, changes)
             return None
         except BaseException:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pmda_mmv.directory import fdlimit
+from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE, MmvFile
 from pmda_mmv.namespace.catalogue import used_indoms
 from pmda_mmv.namespace.served import FileEntry
@@ -103,7 +104,9 @@ class Resources:
         """The names refused as hard links of ``inode``, forgotten: to look at again."""
         return [] if inode is None else sorted(self._links.pop(inode, ()))
 
-    def linked(self, name: str, path: str, inode: Inode, loading: dict[Inode, str]) -> str | None:
+    def linked(
+        self, name: str, path: str, inode: Inode, loading: dict[Inode, str]
+    ) -> Problem | None:
         """Why ``name`` is refused when its ``inode`` is served, or opened by this scan
         (``loading``), under another name (a hard link); it is then remembered, to be
         looked at again when that name goes.  None: it is not."""
@@ -111,21 +114,19 @@ class Resources:
         if holder is None or holder == name:
             return None
         self._links.setdefault(inode, set()).add(name)
-        return f"{path}: file: same file as {holder} (hard link), file not served"
+        return Problem(path, "file", f"same file as {holder} (hard link), file not served")
 
-    def over_total(self, path: str, size: int, was: FileEntry | None) -> str | None:
+    def over_total(self, path: str, size: int, was: FileEntry | None) -> Problem | None:
         """Why a file of ``size`` bytes (served before as ``was``) would take the served
         files past max_total (None: it fits, or max_size refuses it anyway)."""
         others = self._total + self._loading - (was.mf.size if was else 0)
         limits = self.limits
         if size > limits.max_size or others + size <= limits.max_total:
             return None
-        return (
-            f"{path}: file size {size}: the served files would hold more than "
-            f"{limits.max_total} bytes (--max-total), file not served"
-        )
+        why = f"the served files would hold more than {limits.max_total} bytes (--max-total)"
+        return Problem(path, f"file size {size}", f"{why}, file not served")
 
-    def over_files(self, path: str, was: FileEntry | None, open: tuple[int, int]) -> str | None:
+    def over_files(self, path: str, was: FileEntry | None, open: tuple[int, int]) -> Problem | None:
         """Why serving one more file (its descriptor and maybe a pidfd) would take the
         served files' descriptors past max_files (None: it fits, or ``was`` served);
         ``open``: the files served and the pidfds watching their writers."""
@@ -133,12 +134,10 @@ class Resources:
         used = served + watched + 2 * self._opening  # a file and its pidfd
         if was is not None or used + 2 <= self.max_files:
             return None
-        return (
-            f"{path}: file: {served} files served, the most the descriptor limit "
-            "allows (RLIMIT_NOFILE), file not served"
-        )
+        why = f"{served} files served, the most the descriptor limit allows (RLIMIT_NOFILE)"
+        return Problem(path, "file", f"{why}, file not served")
 
-    def over_counts(self, mf: MmvFile) -> str | None:
+    def over_counts(self, mf: MmvFile) -> Problem | None:
         """Why serving ``mf`` would take the served files past ``--max-names``,
         ``--max-indoms`` or ``--max-instances`` (None: it fits).  Indoms no metric uses
         are not served and do not count."""
@@ -151,10 +150,8 @@ class Resources:
             ("indoms", instances, "instances", self._insts, limits.max_instances),
         ):
             if have + n > most:
-                return (
-                    f"{mf.path}: {what}: {n} {unit}: the served files would have more "
-                    f"than {most} (--max-{unit}), file not served"
-                )
+                why = f"the served files would have more than {most} (--max-{unit})"
+                return Problem(mf.path, what, f"{n} {unit}: {why}, file not served")
         return None
 
 

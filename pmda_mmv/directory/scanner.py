@@ -53,7 +53,7 @@ from pmda_mmv.directory.filestate import (
     FileState,
     ignore_reason,
 )
-from pmda_mmv.directory.liveness import exit_reason, running
+from pmda_mmv.directory.liveness import exit_problem, running
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits
 from pmda_mmv.mmvfile.errors import Changed
@@ -362,7 +362,7 @@ class Scanner:
                 continue
             writer = state.writer
             if writer is not None and writer.fd < 0 and not running(writer):
-                why = exit_reason(entry.mf.path, entry.mf, writer)
+                why = exit_problem(entry.mf.path, entry.mf, writer)
                 self.entries.set_state(state, EXITED, why, changes)
         for name in stale:  # reloaded within the budget, this request or the next ones
             self.states[name].key = UNSEEN
@@ -376,5 +376,5 @@ class Scanner:
             state = self.states[name]
             assert state.entry is not None
             mf = state.entry.mf
-            self.entries.set_state(state, EXITED, exit_reason(mf.path, mf, state.writer), changes)
+            self.entries.set_state(state, EXITED, exit_problem(mf.path, mf, state.writer), changes)
         return changes

@@ -1,10 +1,50 @@
-"""The errors of reading an MMV file: :class:`MmvError` and its four kinds.
+"""The problems of an MMV file as data (:class:`Problem`), and the errors of reading one:
+:class:`MmvError` and its four kinds.
 
 Each carries the file's ``path``, the ``field`` (a dotted location such as
 ``metrics[3].item``), its absolute byte ``offset``, a ``message`` and the ``limit`` broken.
+A problem stays data from where it is found (the reader, the catalogue, the directory's
+policies and limits) to where it is shown (the log, ``mmv.control.file.last_problem``,
+``check``, ``dump`` and ``debug``), which render it as text and escape it
+(:func:`~.rules.printable`) there.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem of the file at ``path``: its ``field`` (empty: the whole file), the
+    byte ``offset`` of that field (-1: none), the ``message``, the ``limit`` broken (or
+    None) and its ``kind`` (an :class:`MmvError` kind, or ``error``)."""
+
+    path: str
+    field: str
+    message: str
+    offset: int = -1
+    limit: int | None = None
+    kind: str = "error"
+
+    def __str__(self) -> str:
+        """``path: field[ at offset N]: message`` (``path: message`` for the whole file)."""
+        if not self.field:
+            return f"{self.path}: {self.message}"
+        where = f" at offset {self.offset}" if self.offset >= 0 else ""
+        return f"{self.path}: {self.field}{where}: {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form: field (``file`` for the whole file), offset, message (and limit
+        when set)."""
+        out: dict[str, object] = {
+            "field": self.field or "file",
+            "offset": self.offset,
+            "message": self.message,
+        }
+        if self.limit is not None:
+            out["limit"] = self.limit
+        return out
 
 
 class MmvError(Exception):
@@ -27,20 +67,17 @@ class MmvError(Exception):
         self.message = message
         self.limit = limit
 
+    @property
+    def problem(self) -> Problem:
+        """This error as data."""
+        return Problem(self.path, self.field, self.message, self.offset, self.limit, self.kind)
+
     def __str__(self) -> str:
-        where = f" at offset {self.offset}" if self.offset >= 0 else ""
-        return f"{self.path}: {self.field}{where}: {self.message}"
+        return str(self.problem)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form: field, offset, message (and limit when set)."""
-        out: dict[str, object] = {
-            "field": self.field,
-            "offset": self.offset,
-            "message": self.message,
-        }
-        if self.limit is not None:
-            out["limit"] = self.limit
-        return out
+        return self.problem.as_dict()
 
 
 class NotReady(MmvError):

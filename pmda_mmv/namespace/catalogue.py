@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Instance
+from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill
@@ -85,7 +86,7 @@ class Catalogue:
         )
         self.owners = self.clusters.owners  # cluster -> (owner uid, files)
         self.spill_owner = self.clusters.spill_owner  # spill cluster -> its file
-        self.refusal = ""  # why the last add() returned None
+        self.refusal: Problem | None = None  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
         self.files: dict[str, FileEntry] = {}
@@ -247,16 +248,14 @@ class Catalogue:
         self.starved = False
         why = name_problem(mf.name.replace("/", "."))
         if why and not mf.header.noprefix:
-            return self._refuse_file(
-                f"{mf.path}: file name {mf.name!r} is not a valid metric name component "
-                f"({why}), file not served"
-            )
+            invalid = f"file name {mf.name!r} is not a valid metric name component ({why})"
+            return self._refuse_file(Problem(mf.path, "", f"{invalid}, file not served"))
         cluster = self.clusters.choose(mf, requested or set())
         if cluster is None:
             self.starved = True
-            return self._refuse_file(
-                f"{mf.path}: {layout.header_field('cluster')}: no free cluster, file not served"
-            )
+            why = "no free cluster, file not served"
+            at = layout.HEADER.at["cluster"]
+            return self._refuse_file(Problem(mf.path, "header.cluster", why, at))
         entry = FileEntry(mf, cluster)
         self.clusters.take(cluster, mf.uid)
         self._add_indoms(entry, wanted or set())
@@ -313,16 +312,16 @@ class Catalogue:
             return cluster
 
         def refuse(name: str) -> None:
-            why = f"metric {self._stem(mf)}.{name}: "
-            self._refuse(entry, f"{why}no free spill cluster, metric not served")
+            field = f"metric {self._stem(mf)}.{name}"
+            self._refuse(entry, field, "no free spill cluster, metric not served")
 
         entry.spills, entry.spill_clusters = spill.place(wanted, known, mine, free_cluster, refuse)
         self.clusters.hold_spills(entry.spill_clusters, mf.uid, mf.name)
 
-    def _refuse_file(self, why: str) -> FileEntry | None:
+    def _refuse_file(self, why: Problem) -> FileEntry | None:
         """Log why a file is not served; returns None for ``add`` to return."""
-        self.refusal = printable(why)
-        self.log(why)
+        self.refusal = why
+        self.log(str(why))
         return None
 
     def remove(self, name: str) -> FileEntry | None:
@@ -354,7 +353,7 @@ class Catalogue:
             pcp_serial = self.indom_serial(mf.name, entry.cluster, serial, wanted, mf.uid)
             if pcp_serial is None:
                 entry.starved = True
-                self._refuse(entry, f"indom serial {serial}: no free PCP indom serial")
+                self._refuse(entry, f"indom serial {serial}", "no free PCP indom serial")
                 continue
             self.indom_keys[(entry.cluster, serial)] = pcp_serial
             si = ServedIndom(pcp_serial, indom, file=mf.name)
@@ -385,13 +384,13 @@ class Catalogue:
             else:
                 why = None if shared else self.name_conflict(name, scope=mf.name.rpartition("/")[0])
             if why:
-                self._refuse(entry, f"metrics at offset {metric.offset}: {why}, metric not served")
+                self._refuse(entry, "metrics", f"{why}, metric not served", metric.offset)
                 continue
             indom = None
             if metric.indom is not None:
                 indom = entry.indoms.get(metric.indom)
                 if indom is None:
-                    self._refuse(entry, f"metric {name}: its indom was not served")
+                    self._refuse(entry, f"metric {name}", "its indom was not served")
                     continue
             if not shared:
                 self.tree.claim(name)
@@ -405,9 +404,11 @@ class Catalogue:
             entry.metrics.append(served)
             link(self.sources, (cluster, item), served)
 
-    def _refuse(self, entry: FileEntry, why: str) -> None:
-        entry.problems.append(why)
-        self.log(f"{entry.mf.path}: {why}")
+    def _refuse(self, entry: FileEntry, field: str, why: str, offset: int = -1) -> None:
+        """Part of ``entry``'s file is not served: its ``field`` (at ``offset``), ``why``."""
+        problem = Problem(entry.mf.path, field, why, offset)
+        entry.problems.append(problem)
+        self.log(str(problem))
 
 
 def used_indoms(mf: MmvFile) -> list[int]:

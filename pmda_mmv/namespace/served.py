@@ -14,6 +14,7 @@ from typing import Final, Protocol, TypeVar
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Indom, Metric
+from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
@@ -101,7 +102,7 @@ class FileEntry:
     indoms: dict[int, ServedIndom] = field(default_factory=dict)
     labels: str = ""
     notes: str = ""
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     starved: bool = False  # some indom got no PCP serial: retried when serials free up
     identity: str = ""  # why it is not served under the cluster it asked for ("" if it is)
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)  # remembered, by name

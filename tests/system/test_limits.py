@@ -176,7 +176,7 @@ def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: P
     )
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d0", "d1"]
-    assert "--max-indoms" in scanner.states["d2"].last_problem
+    assert "--max-indoms" in str(scanner.states["d2"].last_problem)
     (tmp_path / "d0").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d1", "d2"]
@@ -187,7 +187,7 @@ def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: P
     assert sorted(scanner.catalogue.files) == ["d1", "d2"]
     _indoms_file(tmp_path / "d3", 310, 1, 7)
     scanner.refresh()
-    assert "--max-instances" in scanner.states["d3"].last_problem
+    assert "--max-instances" in str(scanner.states["d3"].last_problem)
     (tmp_path / "d1").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["d2", "d3"]

@@ -284,7 +284,7 @@ def test_processes_of_one_application_still_share_their_cluster(tmp_path: Path) 
     assert p1.cluster == p2.cluster == 40
     assert [sm.name for sm in p1.metrics] == ["mmv.app.a", "mmv.app.big"]
     assert [sm.name for sm in p2.metrics] == ["mmv.app.a"]
-    assert len(p2.problems) == 1 and "mmv.app.big" in p2.problems[0]
+    assert len(p2.problems) == 1 and "mmv.app.big" in str(p2.problems[0])
 
 
 def test_registry_keeps_spills_in_its_file(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_container_names_never_collide_with_host_names(tmp_path: Path) -> None:
     for host in (load("containers"), load("np", "containers.c1.app.v", layout.FLAG_NOPREFIX)):
         entry = cat.add(host)  # mmv.containers.v, mmv.containers.c1.app.v: none served
         assert entry is not None and not entry.metrics, host.name
-        assert "is reserved for the agent" in entry.problems[0]
+        assert "is reserved for the agent" in str(entry.problems[0])
         cat.remove(host.name)  # the loader refuses a file with no metric served
     assert cat.add(load("app")) is not None  # the host's app, cluster 7
     own = cat.add(load("containers/c1/app"))

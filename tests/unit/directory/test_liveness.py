@@ -227,7 +227,7 @@ def test_a_watched_writers_exit_is_reported_at_the_next_poll(
         while writers.exited() != ["child"] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert writers.exited() == ["child"]
-        assert liveness.exit_reason("/d/child", mf, writer).endswith(
+        assert str(liveness.exit_problem("/d/child", mf, writer)).endswith(
             f"writer process {child.pid} has exited (MMV_FLAG_PROCESS), file not served"
         )
         writers.unwatch(writer)

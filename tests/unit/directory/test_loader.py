@@ -51,7 +51,7 @@ class Loaded:
 
     def state(self, name: str) -> tuple[str, str]:
         s = self.loader.entries.states[name]
-        return s.state, s.last_problem
+        return s.state, str(s.last_problem or "")
 
     def close(self) -> None:
         for state in self.loader.entries.states.values():

@@ -132,7 +132,7 @@ def test_not_ready_is_retried_quietly_then_served(d: Dir) -> None:
     for _ in range(3):
         d.refresh()
     assert d.logged == []  # writers pass through this state
-    assert "header.g2 at offset 16" in d.scanner.states["a"].last_problem
+    assert "header.g2 at offset 16" in str(d.scanner.states["a"].last_problem)
     d.now += NOT_READY_GRACE
     for _ in range(3):
         d.refresh()
@@ -252,7 +252,7 @@ def test_empty_file_is_not_ready_until_written(d: Dir) -> None:
     (d.path / "a").write_bytes(b"")
     d.refresh()
     assert d.state("a") == NOT_READY
-    assert d.scanner.states["a"].last_problem.endswith(
+    assert str(d.scanner.states["a"].last_problem).endswith(
         "file.size at offset 0: size 0, not written yet"
     )
     d.refresh()
@@ -292,7 +292,7 @@ def test_partial_file_reports_problems(d: Dir) -> None:
     b.write(d.path / "p")
     d.refresh()
     assert d.state("p") == PARTIAL
-    assert "metrics[1].type" in d.scanner.states["p"].last_problem
+    assert "metrics[1].type" in str(d.scanner.states["p"].last_problem)
 
 
 def test_fifo_socket_and_directory_are_refused_without_blocking(d: Dir) -> None:
@@ -308,7 +308,7 @@ def test_fifo_socket_and_directory_are_refused_without_blocking(d: Dir) -> None:
     assert {n: d.state(n) for n in ("fifo", "sub", "sock")} == dict.fromkeys(
         ("fifo", "sub", "sock"), REFUSED
     )
-    assert "FIFO" in d.scanner.states["fifo"].last_problem
+    assert "FIFO" in str(d.scanner.states["fifo"].last_problem)
     assert d.served() == {"z"}
 
 
@@ -320,7 +320,7 @@ def test_symlink_policy(d: Dir, tmp_path_factory: pytest.TempPathFactory) -> Non
     (d.path / "escape").symlink_to(outside)
     d.refresh()
     assert d.served() == {"real", "inside"}
-    assert "out of the directory" in d.scanner.states["escape"].last_problem
+    assert "out of the directory" in str(d.scanner.states["escape"].last_problem)
 
 
 def test_owner_policy(tmp_path: Path) -> None:
@@ -331,7 +331,7 @@ def test_owner_policy(tmp_path: Path) -> None:
     scanner = Scanner(str(tmp_path), Catalogue(), owners=[0])
     scanner.refresh()
     assert set(scanner.catalogue.files) == {"mine"}
-    assert "uid 12345 is not trusted" in scanner.states["theirs"].last_problem
+    assert "uid 12345 is not trusted" in str(scanner.states["theirs"].last_problem)
 
 
 def test_oversized_sparse_file_refused(tmp_path: Path) -> None:
@@ -341,7 +341,7 @@ def test_oversized_sparse_file_refused(tmp_path: Path) -> None:
     scanner = Scanner(str(tmp_path), Catalogue())
     scanner.refresh()
     assert scanner.states["huge"].state == REFUSED
-    assert "file.size" in scanner.states["huge"].last_problem
+    assert "file.size" in str(scanner.states["huge"].last_problem)
 
 
 def test_directory_removed_and_recreated(tmp_path: Path) -> None:
@@ -384,7 +384,7 @@ def test_process_flag(d: Dir, pid: int, served: bool, why: str) -> None:
     assert (d.state("p") == OK) is served
     if not served:
         assert d.state("p") == NO_WRITER  # not exited: no writer was ever seen
-        problem = d.scanner.states["p"].last_problem
+        problem = str(d.scanner.states["p"].last_problem)
         assert "header.process at offset 32: " in problem and why in problem, problem
 
 
@@ -397,7 +397,7 @@ def test_process_flag_pid_reuse_detected(d: Dir) -> None:
     d.refresh()
     assert d.state("p") == NO_WRITER
     why = f"PID {os.getpid()} belongs to a process started after this file: PID reused"
-    assert why in d.scanner.states["p"].last_problem
+    assert why in str(d.scanner.states["p"].last_problem)
 
 
 MAPPER = """
@@ -433,7 +433,7 @@ def test_a_live_process_that_does_not_map_the_file_is_not_its_writer(d: Dir) -> 
         d.refresh()
         assert d.state("p") == NO_WRITER
         why = f"PID {child.pid} here does not have this file mapped or open"
-        assert why in d.scanner.states["p"].last_problem
+        assert why in str(d.scanner.states["p"].last_problem)
     finally:
         child.kill()
         child.wait()
@@ -454,7 +454,7 @@ def test_writer_exit_noticed_at_next_refresh(d: Dir) -> None:
     assert d.refresh() == (["p"], [])
     assert d.state("p") == EXITED
     why = f"header.process at offset 32: writer process {child.pid} has exited"
-    assert why in d.scanner.states["p"].last_problem
+    assert why in str(d.scanner.states["p"].last_problem)
 
 
 def test_watcher_marks_are_applied(d: Dir) -> None:
@@ -527,7 +527,7 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
     scanner = Scanner(str(tmp_path), Catalogue(), limits=Limits(max_size=size - 1))
     scanner.refresh()
     assert scanner.states["big"].state == REFUSED
-    assert f"exceeds {size - 1}" in scanner.states["big"].last_problem
+    assert f"exceeds {size - 1}" in str(scanner.states["big"].last_problem)
 
 
 def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) -> None:
@@ -538,7 +538,7 @@ def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) 
     d.refresh()
     last = f"t{layout.MAX_CLUSTER:04d}"
     assert len(d.served()) == layout.MAX_CLUSTER and d.state(last) == REFUSED
-    assert "no free cluster" in d.scanner.states[last].last_problem
+    assert "no free cluster" in str(d.scanner.states[last].last_problem)
     d.refresh()
     assert d.state(last) == REFUSED
     os.unlink(d.path / "t0007")
@@ -779,7 +779,7 @@ def test_files_past_the_total_size_wait_until_another_leaves(tmp_path: Path) -> 
     scanner.refresh()
     assert set(scanner.catalogue.files) == {"a"}
     assert scanner.states["b"].state == REFUSED
-    assert "--max-total" in scanner.states["b"].last_problem
+    assert "--max-total" in str(scanner.states["b"].last_problem)
     first.unlink()
     scanner.refresh()
     assert set(scanner.catalogue.files) == {"b"}
@@ -860,14 +860,16 @@ def test_a_hard_link_to_a_served_file_is_refused_naming_it_until_that_name_goes(
     assert d.served() == {"a"}
     for name in "bc":
         assert d.state(name) == REFUSED
-        assert "same file as a (hard link), file not served" in d.scanner.states[name].last_problem
+        assert "same file as a (hard link), file not served" in str(
+            d.scanner.states[name].last_problem
+        )
     os.utime(d.path / "a", (5, 5))  # touched: a is reloaded, b and c stay refused
     d.refresh()
     assert d.served() == {"a"} and d.state("b") == REFUSED
     (d.path / "a").unlink()
     d.refresh()
     assert d.served() == {"b"}
-    assert "same file as b (hard link)" in d.scanner.states["c"].last_problem
+    assert "same file as b (hard link)" in str(d.scanner.states["c"].last_problem)
 
 
 def test_a_hard_link_loaded_in_the_same_scan_is_refused_and_served_if_the_first_is_not(
@@ -878,7 +880,7 @@ def test_a_hard_link_loaded_in_the_same_scan_is_refused_and_served_if_the_first_
     one(cluster=3).write(d.path / "a")
     os.link(d.path / "a", d.path / "b")
     d.refresh()
-    assert d.served() == {"a"} and "same file as a" in d.scanner.states["b"].last_problem
+    assert d.served() == {"a"} and "same file as a" in str(d.scanner.states["b"].last_problem)
     one(cluster=4).write(d.path / "bad-name")
     os.link(d.path / "bad-name", d.path / "good")
     d.refresh()
@@ -898,7 +900,7 @@ def test_refused_entries_count_toward_the_request_budget(tmp_path: Path) -> None
         scanner.refresh()
         states = [s.state for s in scanner.states.values()]
         assert states.count(REFUSED) == looked and states.count(PENDING) == 5 - looked
-    assert all("magic" in s.last_problem for s in scanner.states.values())
+    assert all("magic" in str(s.last_problem) for s in scanner.states.values())
 
 
 def test_unexpected_error_loading_one_file_refuses_it_and_serves_the_others(
@@ -920,7 +922,7 @@ def test_unexpected_error_loading_one_file_refuses_it_and_serves_the_others(
         one(cluster=cluster).write(d.path / name)
     assert d.refresh() == ([], ["a", "c"])
     assert d.state("b") == REFUSED
-    why = d.scanner.states["b"].last_problem
+    why = str(d.scanner.states["b"].last_problem)
     assert (
         why == f"{d.path / 'b'}: unexpected error while loading (KeyError: 'a defect'), not served"
     )

@@ -71,7 +71,7 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f0", "f1", "f2"]
     assert scanner.states["f3"].state == "refused"
-    assert "descriptor limit" in scanner.states["f3"].last_problem
+    assert "descriptor limit" in str(scanner.states["f3"].last_problem)
     (tmp_path / "f0").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f1", "f2", "f3"]
@@ -105,7 +105,7 @@ def test_served_names_stop_at_max_names_and_resume(tmp_path: Path) -> None:
     )
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f000", "f001"]
-    assert "--max-names" in scanner.states["f002"].last_problem
+    assert "--max-names" in str(scanner.states["f002"].last_problem)
     (tmp_path / "f000").unlink()
     scanner.refresh()
     assert sorted(scanner.catalogue.files) == ["f001", "f002"]

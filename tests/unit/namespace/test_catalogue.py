@@ -70,8 +70,8 @@ def test_leaf_nonleaf_conflicts_refused_both_ways(
     assert entry is not None
     assert [m.name for m in entry.metrics] == ["mmv.f.a", "mmv.f.c.d"]
     assert len(entry.problems) == 2
-    assert any("mmv.f.a is already a leaf" in p for p in entry.problems)
-    assert any("mmv.f.c is a non-leaf" in p for p in entry.problems)
+    assert any("mmv.f.a is already a leaf" in str(p) for p in entry.problems)
+    assert any("mmv.f.c is a non-leaf" in str(p) for p in entry.problems)
 
 
 def test_control_subtree_is_reserved(tmp_path: Path, cat: Catalogue) -> None:
@@ -81,7 +81,7 @@ def test_control_subtree_is_reserved(tmp_path: Path, cat: Catalogue) -> None:
     entry = cat.add(load(tmp_path, "np", b))
     assert entry is not None
     assert [m.name for m in entry.metrics] == ["mmv.fine"]
-    assert all("reserved" in p for p in entry.problems)
+    assert all("reserved" in str(p) for p in entry.problems)
 
 
 def test_file_name_not_a_name_component_is_refused(
