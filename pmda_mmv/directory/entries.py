@@ -31,6 +31,7 @@ from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable, with_labels
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.indomserial import wanted_indoms
 from pmda_mmv.namespace.served import FileEntry, Log, remember
 
 Opened = tuple[FileState, MmvFile, Writer | None, Inode | None]
@@ -119,7 +120,7 @@ class Entries:
         requested = self.resources.requested()
         requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
-        wanted = self.catalogue.wanted_indoms(mf for _, mf, _, _ in opened)
+        wanted = wanted_indoms(mf for _, mf, _, _ in opened)
         for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
             wants = (requested - {mf.header.cluster}, wanted)
             self._serve(state, mf, (writer, inode), wants, changes)

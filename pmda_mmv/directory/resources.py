@@ -20,7 +20,7 @@ from typing import Final
 from pmda_mmv.directory import fdlimit
 from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE, MmvFile
-from pmda_mmv.namespace.catalogue import used_indoms
+from pmda_mmv.namespace.indomserial import used_indoms
 from pmda_mmv.namespace.served import FileEntry
 
 Inode = tuple[int, int]

@@ -2,7 +2,8 @@
 and a departing family member's last values).
 
 :mod:`.nametree` (the component tree of names and its rules), :mod:`.numbering` (PCP indom
-serial numbering), :mod:`.registry` (the persistent identity registry: a name's clusters
+serial numbering), :mod:`.indomserial` (which indoms are served, and each one's serial),
+:mod:`.registry` (the persistent identity registry: a name's clusters
 and indoms never move or go to another file), :mod:`.catalogue` (the catalogue of served
 files, PMIDs and indoms) and :mod:`.family` with :mod:`.familyspec` (families: one owner's
 agreeing files served once more as one tree, departed members' counts kept).  Imports

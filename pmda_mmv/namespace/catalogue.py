@@ -16,8 +16,8 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
   or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
   then files of one scan in name order.
-* PCP indom serials (22 bits) are chosen as :mod:`~.indoms` says; files sharing a cluster
-  share its indoms.
+* PCP indom serials (22 bits) are chosen as :mod:`~.indomserial` says; files sharing a
+  cluster share its indoms.
 * Spill clusters (docs/spill.md): a metric the C agent would drop for its item (past 1023,
   or an item an earlier metric of the file has: :attr:`~.entries.Metric.spill`) is served
   under a further cluster of its file, at a PMID remembered in the identity registry by
@@ -32,7 +32,6 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
 
 from pmda_mmv.mmvfile import layout
@@ -42,8 +41,8 @@ from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill
 from pmda_mmv.namespace.clusters import Clusters
+from pmda_mmv.namespace.indomserial import indom_serial, used_indoms
 from pmda_mmv.namespace.nametree import NameTree
-from pmda_mmv.namespace.numbering import c_indom, choose_indom, packs
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import (
     FileEntry,
@@ -197,42 +196,17 @@ class Catalogue:
 
     # -- indoms
 
-    def wanted_indoms(self, files: Iterable[MmvFile]) -> set[int]:
-        """The C numbers that the lossless (cluster, serial) pairs of ``files`` (one scan's,
-        with their header clusters) ask for: overflowing pairs and derived numbers leave
-        them free."""
-        return {
-            c_indom(mf.header.cluster, s)
-            for mf in files
-            for s in used_indoms(mf)
-            if mf.header.cluster and packs(mf.header.cluster, s)
-        }
-
     def indom_serial(
         self, name: str, cluster: int, serial: int, wanted: set[int], uid: int = 0
     ) -> int | None:
-        """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (see
-        :mod:`~.indoms`; owner ``uid``): a number another remembered name holds is not
-        given (:mod:`~.registry`); None when no number at all is free."""
+        """The PCP serial for indom ``serial`` of file ``name`` served in ``cluster`` (owner
+        ``uid``): the one the files sharing the cluster serve it under, else as
+        :func:`~.indomserial.indom_serial` says; None when no number at all is free."""
         shared = self.indom_keys.get((cluster, serial))
         if shared is not None:  # a file sharing the cluster (same owner, agreeing) has it
             return shared
-        key, registry, served = (name, uid), self.registry, self.indom_sources
-        record = registry.get(key)
-        own = record.indoms.get(serial) if record is not None else None
-        if own is not None and own not in served:
-            return own  # its own number (only files it shares a cluster with hold it too)
-        # rejoining the departed files of its cluster (a few looked at: they agree)
-        for other in itertools.islice(registry.clusters.get(cluster, ()), 16):
-            r = registry.get(other)
-            number = r.indoms.get(serial) if r and r.cluster == cluster else None
-            if other[1] == uid and number is not None and number not in served:
-                return number
-
-        def used(number: int) -> bool:
-            return number in served or registry.serial_held(number, key)
-
-        return choose_indom(name, cluster, serial, None, _Used(used), wanted, registry.secret)
+        at = (cluster, serial)
+        return indom_serial(self.registry, self.indom_sources, (name, uid), at, wanted)
 
     # -- files
 
@@ -409,22 +383,3 @@ class Catalogue:
         problem = Problem(entry.mf.path, field, why, offset)
         entry.problems.append(problem)
         self.log(str(problem))
-
-
-def used_indoms(mf: MmvFile) -> list[int]:
-    """The file-local serials of ``mf``'s indoms that at least one of its metrics is
-    over, in file order: the only ones served."""
-    used = {m.indom for m in mf.metrics if m.indom is not None}
-    return [serial for serial in mf.indoms if serial in used]
-
-
-class _Used:
-    """A container of the PCP indom serials not to give (served or held)."""
-
-    __slots__ = ("_used",)
-
-    def __init__(self, used: Callable[[int], bool]) -> None:
-        self._used = used
-
-    def __contains__(self, number: object) -> bool:
-        return isinstance(number, int) and self._used(number)

@@ -12,6 +12,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace import nametree, numbering, served
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.indomserial import wanted_indoms
 from pmda_mmv.namespace.numbering import c_indom
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import PM_SEM_COUNTER, PM_TYPE_64
@@ -207,7 +208,7 @@ def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) ->
 def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     files = [load(tmp_path, "p", indoms(1, 4097)), load(tmp_path, "q", indoms(3, 1))]
     cat = Catalogue()
-    wanted = cat.wanted_indoms(files)
+    wanted = wanted_indoms(files)
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
     assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == numbering.derived_indom(
