@@ -106,3 +106,32 @@ def test_no_issue_numbers(page: Path) -> None:
 def test_the_issue_pattern_finds_what_it_should() -> None:
     found = ISSUE.findall("as issue 17 asks (issues 16, 17; issues 5 and 6); PCP issue #2418")
     assert found == ["issue 17", "issues 16, 17", "issues 5 and 6"]
+
+
+MODULES = {p.stem: p for p in sorted((CHECKOUT / "pmda_mmv").rglob("*.py"))}
+CODE_NAME = re.compile(r"`([a-z_]+)\.([A-Za-z_]\w*)`")
+NOT_CODE = {"py", "x"}  # file names (`cli.py`) and a metric name (`control.x`)
+
+
+def stale_code_names(text: str) -> list[str]:
+    """Each ``module.NAME`` in backquotes whose module is one of the package's (by its
+    file name) and whose NAME that module's source does not hold: a name moved or renamed
+    without the text following."""
+    stale = []
+    for module, name in CODE_NAME.findall(text):
+        path = MODULES.get(module)
+        if name in NOT_CODE:
+            continue
+        if path is not None and not re.search(rf"\b{name}\b", path.read_text()):
+            stale.append(f"{module}.{name}")
+    return stale
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
+def test_code_names_exist(page: Path) -> None:
+    assert stale_code_names(page.read_text()) == []
+
+
+def test_the_code_name_check_finds_what_it_should() -> None:
+    text = "`scanner.MAX_DIRTY` `resources.MAX_NAMES` `scanner.MAX_NAMES` `cli.py` `control.x`"
+    assert stale_code_names(text) == ["scanner.MAX_NAMES"]
