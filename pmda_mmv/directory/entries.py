@@ -88,6 +88,7 @@ class Entries:
         self.backoff.unpeek(state)
         self.not_ready.discard(name)
         self.starved.discard(name)
+        self.resources.gone(name)
         changes = Changes(states=True)
         if state.entry is not None:
             changes.removed.append(self._unserve(state))

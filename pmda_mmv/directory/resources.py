@@ -64,6 +64,7 @@ class Resources:
         self._asked: dict[int, int] = {}  # header cluster -> served files asking for it
         self._inodes: dict[Inode, str] = {}  # served inode -> its name (not via symlinks)
         self._links: dict[Inode, set[str]] = {}  # inode -> names refused as its hard links
+        self._link_of: dict[str, Inode] = {}  # name refused as a hard link -> that inode
 
     def requested(self) -> set[int]:
         """The clusters the served files' headers ask for."""
@@ -102,7 +103,21 @@ class Resources:
 
     def links(self, inode: Inode | None) -> list[str]:
         """The names refused as hard links of ``inode``, forgotten: to look at again."""
-        return [] if inode is None else sorted(self._links.pop(inode, ()))
+        names = [] if inode is None else sorted(self._links.pop(inode, ()))
+        for name in names:
+            self._link_of.pop(name, None)
+        return names
+
+    def gone(self, name: str) -> None:
+        """The entry ``name`` left the directory: it is no longer remembered as a hard
+        link (links made and removed in a loop would grow the agent without bound)."""
+        inode = self._link_of.pop(name, None)
+        if inode is None:
+            return
+        names = self._links.get(inode, set())
+        names.discard(name)
+        if not names:
+            self._links.pop(inode, None)
 
     def linked(
         self, name: str, path: str, inode: Inode, loading: dict[Inode, str]
@@ -113,7 +128,9 @@ class Resources:
         holder = self._inodes.get(inode) or loading.get(inode)
         if holder is None or holder == name:
             return None
+        self.gone(name)  # a link of another inode before: remembered once, here
         self._links.setdefault(inode, set()).add(name)
+        self._link_of[name] = inode
         return Problem(path, "file", f"same file as {holder} (hard link), file not served")
 
     def over_total(self, path: str, size: int, was: FileEntry | None) -> Problem | None:
@@ -124,7 +141,7 @@ class Resources:
         if size > limits.max_size or others + size <= limits.max_total:
             return None
         why = f"the served files would hold more than {limits.max_total} bytes (--max-total)"
-        return Problem(path, f"file size {size}", f"{why}, file not served")
+        return Problem(path, f"file size {size}", f"{why}, file not served", -1, limits.max_total)
 
     def over_files(self, path: str, was: FileEntry | None, open: tuple[int, int]) -> Problem | None:
         """Why serving one more file (its descriptor and maybe a pidfd) would take the
@@ -135,7 +152,7 @@ class Resources:
         if was is not None or used + 2 <= self.max_files:
             return None
         why = f"{served} files served, the most the descriptor limit allows (RLIMIT_NOFILE)"
-        return Problem(path, "file", f"{why}, file not served")
+        return Problem(path, "file", f"{why}, file not served", -1, self.max_files)
 
     def over_counts(self, mf: MmvFile) -> Problem | None:
         """Why serving ``mf`` would take the served files past ``--max-names``,
@@ -151,7 +168,7 @@ class Resources:
         ):
             if have + n > most:
                 why = f"the served files would have more than {most} (--max-{unit})"
-                return Problem(mf.path, what, f"{n} {unit}: {why}, file not served")
+                return Problem(mf.path, what, f"{n} {unit}: {why}, file not served", -1, most)
         return None
 
 

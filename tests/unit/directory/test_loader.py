@@ -119,6 +119,28 @@ def test_a_hard_link_is_refused_until_its_file_goes(tmp_path: Path, loaded: Load
     assert loaded.state("b") == (OK, "")
 
 
+def test_a_gone_hard_link_is_forgotten_while_its_file_stays_served(
+    tmp_path: Path, loaded: Loaded
+) -> None:
+    """Hard links made and removed one after the other while the file they link stays
+    served: each was refused and remembered (to be looked at again when the file goes);
+    once a link is gone, nothing of it stays remembered (the names of every link ever
+    made would otherwise be kept for as long as the file is served: a writer that makes
+    and removes links in a loop grows the agent without bound)."""
+    single(5).write(tmp_path / "a")
+    assert loaded.consider() == (["a"], [])
+    for k in range(50):
+        link = tmp_path / f"l{k}"
+        os.link(tmp_path / "a", link)
+        loaded.consider(link.name)
+        assert loaded.state(link.name)[0] == REFUSED
+        link.unlink()
+        loaded.consider(link.name)
+        assert link.name not in loaded.loader.entries.states
+    st = (tmp_path / "a").stat()
+    assert loaded.loader.resources.links((st.st_dev, st.st_ino)) == []
+
+
 def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: Path) -> None:
     size = len(single(5).build().data)
     lo = Loaded(tmp_path, max_total=size * 2)

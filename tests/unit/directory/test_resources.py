@@ -41,3 +41,30 @@ def test_the_descriptor_budget_counts_a_file_and_its_pidfd() -> None:
     )
     resources.opened(10, None)
     assert resources.over_files("/d/b", None, (1, 1)) is not None  # 2 + 2 + 2 > 5
+
+
+def test_every_refusal_for_a_limit_carries_the_limit_as_data() -> None:
+    """``check --json`` shows ``limit`` from the problem: --max-total, the descriptor
+    budget and --max-names each name the bound they broke (the message unchanged)."""
+    resources = Resources(Limits(max_size=1000, max_total=100))
+    resources.max_files = 5
+    total = resources.over_total("/d/a", 150, None)
+    files = resources.over_files("/d/a", None, (3, 1))
+    assert total is not None and total.limit == 100
+    assert files is not None and files.limit == 5
+    assert str(total) == (
+        "/d/a: file size 150: the served files would hold more than 100 bytes (--max-total),"
+        " file not served"
+    )
+
+
+def test_a_hard_link_gone_is_no_longer_remembered() -> None:
+    resources = Resources(Limits())
+    inode, other = (1, 2), (1, 3)
+    assert resources.linked("b", "/d/b", inode, {inode: "a"}) is not None
+    assert resources.linked("c", "/d/c", inode, {inode: "a"}) is not None
+    assert resources.linked("c", "/d/c", other, {other: "x"}) is not None  # now x's link
+    resources.gone("b")
+    resources.gone("nothing")
+    assert resources.links(inode) == []  # b gone, c moved on
+    assert resources.links(other) == ["c"]
