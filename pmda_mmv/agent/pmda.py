@@ -116,11 +116,15 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.run()
 
     def _first_scan_line(self, seconds: float) -> None:
-        """One info line: what the first scan loaded, and what waits for the requests."""
+        """One info line: what the first scan loaded, and what waits for the requests;
+        escaped, and past the file lines' limiter (one line a start: a first scan of a
+        thousand refusals spends the limiter's whole minute)."""
         loaded = sum(state.entry is not None for state in self.scanner.states.values())
-        self.file_log.info(
-            f"{self.scanner.directory}: first scan: {loaded} files loaded in {seconds:.2f} s,"
-            f" {self.scanner.queued} queued for the next requests"
+        self.log(
+            printable(
+                f"{self.scanner.directory}: first scan: {loaded} files loaded in "
+                f"{seconds:.2f} s, {self.scanner.queued} queued for the next requests"
+            )
         )
 
     def _guard(self, func: Callable[..., Any], fallback: Any) -> Callable[..., Any]:

@@ -168,3 +168,45 @@ def test_a_shared_indom_makes_instids_for_new_instances_only(tmp_path: Path) -> 
         "f29.59",
         ".new.99",
     ]
+
+
+def test_the_first_scan_line_is_escaped(tmp_path: Path) -> None:
+    """The info line after the first scan names the directory: a control character in its
+    path (here ESC, a terminal escape) is escaped as in every other line of the log."""
+    directory = tmp_path / "mmv\x1b[2J"
+    directory.mkdir()
+    script = (
+        "agent.file_log.info_sink = agent.log = logged.append\n"
+        "agent.scanner.refresh(True)\n"
+        "agent._first_scan_line(0.25)\n"
+        "print(*logged, sep='\\n')\n"
+    )
+    [line] = agent_output(script, directory)
+    assert "\x1b" not in line
+    assert line.endswith(
+        "mmv\\x1b[2J: first scan: 0 files loaded in 0.25 s, 0 queued for the next requests"
+    )
+
+
+def test_the_first_scan_line_is_logged_after_a_first_scan_of_many_refusals(
+    tmp_path: Path,
+) -> None:
+    """A directory of 1,000 files of a bad magic: the first scan logs one refusal each,
+    the whole per-minute budget of the log limiter (ratelimit.TOTAL lines).  The line
+    that says what the first scan did is one line per start, not a file's: it is still
+    logged, not counted among the suppressed."""
+    from pmda_mmv.agent import ratelimit
+
+    for k in range(ratelimit.TOTAL):
+        (tmp_path / f"junk{k:04d}").write_bytes(b"NOTMMV\0\0" + bytes(40))
+    script = (
+        "agent.file_log.info_sink = logged.append\n"
+        "agent.log = logged.append\n"
+        "agent.scanner.refresh(True)\n"
+        "agent._first_scan_line(0.25)\n"
+        "print(len(logged))\n"
+        "print(logged[-1])\n"
+    )
+    count, last = agent_output(script, tmp_path)
+    assert int(count) == ratelimit.TOTAL + 1
+    assert last.endswith(": first scan: 0 files loaded in 0.25 s, 0 queued for the next requests")
