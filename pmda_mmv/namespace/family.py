@@ -37,6 +37,7 @@ from typing import Any, Final
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registryfile import Key
@@ -103,7 +104,8 @@ class Families:
         self, catalogue: Catalogue, specs: Iterable[FamilySpec], log: Log | None = None
     ) -> None:
         self.catalogue = catalogue
-        self.log: Log = log or (lambda line: None)
+        sink: Log = log or (lambda line: None)
+        self.log: Log = lambda line: sink(printable(line))  # names come from the files
         self.families = [
             Family(s, s.owner if s.owner is not None else self._remembered(s.name)) for s in specs
         ]

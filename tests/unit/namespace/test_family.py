@@ -213,3 +213,20 @@ def test_a_file_left_out_for_disagreeing_joins_when_the_members_it_disagreed_wit
     assert list(fam.members) == ["websrv_new"] and fam.left_out == {}
     assert w.fetch("requests") == {0: 5 + 7, 1: 5 + 7}  # the departed one's counts kept
     assert w.fetch("busy") == {PM_IN_NULL: 2}
+
+
+def test_a_file_left_out_of_a_family_is_logged_escaped(tmp_path: Path) -> None:
+    """A NOPREFIX file (served whatever its name) whose name matches the family's glob and
+    holds a terminal escape, left out for disagreeing: the log line naming it is escaped,
+    as every line about a file (the agent logs the family's lines as they come)."""
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_a", member((1, 1)))
+    name = "websrv_\x1b[2J"
+    b = member(busy_type=layout.TYPE_U64)
+    b.flags = layout.FLAG_NOPREFIX
+    w.add(name, b)
+    status = w.families.status(name)
+    assert status is not None and status[1].startswith("metric busy: type u64")
+    [line] = [x for x in w.log if "not in family" in x]
+    assert "\x1b" not in line
+    assert f"{tmp_path}/websrv_\\x1b[2J: not in family websrv: metric busy" in line
