@@ -15,6 +15,7 @@ request and re-checks the size and the generation pair first.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -32,6 +33,9 @@ DEFAULT_MAX_SIZE: Final = 64 << 20
 """Largest file accepted by default (bytes): 64 MiB, about 2 million values; the largest real
 file seen is under 10 MB.  A larger one (a sparse 1 TB file, or a valid file big enough to
 stall the agent past pmcd's timeout while it is indexed) is refused; ``--max-size``."""
+OUT_OF_DESCRIPTORS: Final = (errno.EMFILE, errno.ENFILE)
+"""Errors of open(2) that say nothing of the file: it is not ready (tried again later), not
+refused (looked at again only when its stat changes)."""
 STRING_GAP: Final = 64 << 10
 """String entries at most this many bytes apart are read in one ``pread`` (a STRING
 metric's values are read per snapshot in a few reads, not one per value)."""
@@ -78,13 +82,16 @@ class MmvFile:
         """Open and validate ``path``; ``name`` (default: its base name) names the file in
         the namespace, for a file reached through a symlink.
 
-        Raises :class:`NotReady` (generation 0 or in flux), :class:`Refused` (not a regular
-        file, unreadable, too small or large, bad magic, version, TOC or cluster) or
-        :class:`Changed` (the file changed while it was read).  Never blocks on a FIFO.
+        Raises :class:`NotReady` (generation 0 or in flux, or no descriptor free to open
+        it), :class:`Refused` (not a regular file, unreadable, too small or large, bad
+        magic, version, TOC or cluster) or :class:`Changed` (the file changed while it was
+        read).  Never blocks on a FIFO.
         """
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError as e:
+            if e.errno in OUT_OF_DESCRIPTORS:  # the reader's condition, not the file's
+                raise NotReady(path, "file", -1, f"cannot open: {e.strerror}") from None
             raise Refused(path, "file", -1, f"cannot open: {e.strerror}") from None
         try:
             st = os.fstat(fd)

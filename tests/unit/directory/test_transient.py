@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.directory.backoff import RETRY_MAX
-from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED
+from pmda_mmv.directory.filestate import NOT_READY, OK
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout, reader
 from pmda_mmv.mmvfile.errors import Changed
@@ -98,17 +98,14 @@ def test_a_file_changing_while_opened_is_retried_logged_once_then_served(
     scanner.catalogue.files["f"].mf.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a file refused for EMFILE at open is looked at again only when its stat changes",
-)
 def test_a_file_refused_for_want_of_a_descriptor_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The agent out of descriptors (EMFILE) when it opens a new file: the file is refused
-    ("cannot open: Too many open files"), a condition of the agent, not of the file.  Once
-    descriptors are free again, a later request serves it, though nothing about the file
-    changed (a writer that wrote its file once and maps it does not touch its stat)."""
+    """The agent out of descriptors (EMFILE) when it opens a new file: "cannot open: Too
+    many open files" is a condition of the agent, not of the file.  Once descriptors are
+    free again, a later request serves it, though nothing about the file changed (a
+    writer that wrote its file once and maps it does not touch its stat).  Found: it was
+    refused, and looked at again only when its stat changed."""
     single().write(tmp_path / "f")
     now, lines = [1000.0], []
     scanner = scanner_of(tmp_path, now, lines)
@@ -122,8 +119,8 @@ def test_a_file_refused_for_want_of_a_descriptor_is_retried(
 
     monkeypatch.setattr(reader.os, "open", open_)
     scanner.refresh()
-    assert scanner.states["f"].state == REFUSED
-    assert "Too many open files" in lines[0]
+    assert scanner.states["f"].state == NOT_READY
+    assert "Too many open files" in str(scanner.states["f"].last_problem)
     short[0] = False
     for _ in range(int(60 / STEP)):  # a minute of requests
         now[0] += STEP
