@@ -14,6 +14,7 @@ from typing import Final, NamedTuple
 
 from pmda_mmv.directory.filestate import FileState
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import problem_count
 from pmda_mmv.mmvfile.rules import printable
 
 
@@ -153,7 +154,7 @@ FILE_STATUS: Final = {
         "control.file.problems",
         layout.TYPE_U32,
         "Number of problems found in the file when it was last read",
-        lambda s: len(s.problems),
+        lambda s: problem_count(s.problems),
     ),
     12: _status(
         "control.file.last_problem",

@@ -47,7 +47,7 @@ from pmda_mmv.directory.filestate import (
     status_of,
 )
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.errors import Changed, MmvError
+from pmda_mmv.mmvfile.errors import Changed, MmvError, Problem, bounded
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -82,23 +82,23 @@ class Directory:
         ignored = ignore_reason(name)
         state = self.scanner.states.get(name)
         if ignored is not None:
-            problems = [{"field": "file", "offset": -1, "message": ignored}]
-            return _doc(shown, IGNORED, problems)
+            return _doc(shown, IGNORED, [Problem(path, "", ignored)])
         if state is None:  # not in the listing: gone, or never there
             return _doc(shown, REFUSED, _not_listed(path))
         entry = state.entry
         if entry is None:
-            problems = [p.as_dict() for p in state.problems]
             return _doc(
-                shown, state.state, problems, conflicts=self._lost(path)[: layout.MAX_PROBLEMS]
+                shown,
+                state.state,
+                state.problems,
+                conflicts=self._lost(path)[: layout.MAX_PROBLEMS],
             )
         mf = entry.mf
         status = state.state
         try:
             mf.snapshot()  # what a fetch reads: a file changed underneath must be reloaded
         except Changed as e:
-            return _doc(shown, status_of(e), [e.as_dict()])
-        problems = [p.as_dict() for p in state.problems]
+            return _doc(shown, status_of(e), [e.problem])
         served = [m.name for m in entry.metrics]
         conflicts = self._cluster_lost(entry)
         conflicts += self._names_lost(mf, set(served), entry.cluster)
@@ -112,7 +112,7 @@ class Directory:
         return _doc(
             shown,
             status,
-            problems,
+            state.problems,
             served=served,
             cluster=entry.cluster,
             conflicts=conflicts,
@@ -170,20 +170,6 @@ class Directory:
             return []
 
 
-def _bounded(problems: list[Doc]) -> list[Doc]:
-    """At most MAX_PROBLEMS problems, then one counting the others."""
-    if len(problems) <= layout.MAX_PROBLEMS:
-        return problems
-    more = len(problems) - layout.MAX_PROBLEMS
-    summary = {
-        "field": "file",
-        "offset": -1,
-        "message": f"{more} more problems not listed (the first {layout.MAX_PROBLEMS} are)",
-        "limit": layout.MAX_PROBLEMS,
-    }
-    return [*problems[: layout.MAX_PROBLEMS], summary]
-
-
 def judge(paths: Iterable[str], options: ServingOptions) -> list[Doc]:
     """The agent's verdict on each path: a directory's every entry (sorted), or one
     entry judged in its own directory with the files beside it."""
@@ -233,7 +219,7 @@ def _problem_lines(problems: Sequence[Doc]) -> list[str]:
 def render_check(result: Doc) -> list[str]:
     """Text lines of one check (or dump) result: status, problems, and for check the
     file that won each conflict."""
-    n = len(result["problems"])
+    n = sum(p.get("count", 1) for p in result["problems"])
     extra = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
     lines = [f"{result['file']}: {result['status']}{extra}", *_problem_lines(result["problems"])]
     room = max(layout.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
@@ -319,7 +305,7 @@ def main(argv: Sequence[str]) -> int:
     return check(ns.paths, ns.json, sys.stdout, options)
 
 
-def _doc(shown: str, status: str, problems: list[Doc], **decided: object) -> Doc:
+def _doc(shown: str, status: str, problems: list[Problem], **decided: object) -> Doc:
     """A verdict of the entry ``shown``: what was not ``decided`` is empty."""
     found = {
         "served": [],
@@ -330,14 +316,15 @@ def _doc(shown: str, status: str, problems: list[Doc], **decided: object) -> Doc
         "family": None,
         **decided,
     }
-    return {"file": shown, "status": status, "problems": _bounded(problems), **found}
+    listed = [p.as_dict() for p in bounded(problems, shown)]
+    return {"file": shown, "status": status, "problems": listed, **found}
 
 
-def _not_listed(path: str) -> list[Doc]:
+def _not_listed(path: str) -> list[Problem]:
     """The problem of an entry not in the directory's listing: gone, or never there."""
     try:
         os.lstat(path)
         why = "not in the directory's listing"
     except OSError as e:
         why = f"cannot stat: {e.strerror}"
-    return [{"field": "file", "offset": -1, "message": why}]
+    return [Problem(path, "", why)]

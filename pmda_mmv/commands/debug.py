@@ -32,7 +32,7 @@ from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
-from pmda_mmv.mmvfile.errors import MmvError
+from pmda_mmv.mmvfile.errors import MmvError, problem_count
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
@@ -101,7 +101,7 @@ def report(changes: Changes, scanner: Scanner, out: TextIO) -> None:
         mf = entry.mf
         state = scanner.states.get(entry.name)
         verdict = state.state if state is not None else "?"
-        n = len(state.problems) if state is not None else 0
+        n = problem_count(state.problems) if state is not None else 0
         problems = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
         say(
             out,

@@ -11,14 +11,18 @@ policies and limits) to where it is shown (the log, ``mmv.control.file.last_prob
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from pmda_mmv.mmvfile import layout
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One problem of the file at ``path``: its ``field`` (empty: the whole file), the
     byte ``offset`` of that field (-1: none), the ``message``, the ``limit`` broken (or
-    None) and its ``kind`` (an :class:`MmvError` kind, or ``error``)."""
+    None), its ``kind`` (an :class:`MmvError` kind, or ``error``) and ``count``: how many
+    problems it stands for (more than one: the summary of those not listed)."""
 
     path: str
     field: str
@@ -26,6 +30,7 @@ class Problem:
     offset: int = -1
     limit: int | None = None
     kind: str = "error"
+    count: int = 1
 
     def __str__(self) -> str:
         """``path: field[ at offset N]: message`` (``path: message`` for the whole file)."""
@@ -36,7 +41,7 @@ class Problem:
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready form: field (``file`` for the whole file), offset, message (and limit
-        when set)."""
+        when set, count when more than one)."""
         out: dict[str, object] = {
             "field": self.field or "file",
             "offset": self.offset,
@@ -44,7 +49,31 @@ class Problem:
         }
         if self.limit is not None:
             out["limit"] = self.limit
+        if self.count != 1:
+            out["count"] = self.count
         return out
+
+
+def problem_count(problems: Iterable[Problem]) -> int:
+    """How many problems ``problems`` stand for (a summary counts those it summarises)."""
+    return sum(p.count for p in problems)
+
+
+def bounded(problems: list[Problem], path: str) -> list[Problem]:
+    """At most :data:`~.layout.MAX_PROBLEMS` problems of the file at ``path``, then one
+    summary counting the others (those a summary in ``problems`` stood for included)."""
+    listed = [p for p in problems if p.count == 1]
+    more = problem_count(problems) - len(listed)
+    if more == 0 and len(listed) <= layout.MAX_PROBLEMS:
+        return problems
+    more += max(0, len(listed) - layout.MAX_PROBLEMS)
+    return [*listed[: layout.MAX_PROBLEMS], unlisted(path, more).problem]
+
+
+def unlisted(path: str, count: int) -> Corrupt:
+    """The one problem standing for ``count`` problems past :data:`~.layout.MAX_PROBLEMS`."""
+    message = f"{count} more problems not listed (the first {layout.MAX_PROBLEMS} are)"
+    return Corrupt(path, "file", -1, message, layout.MAX_PROBLEMS, count=count)
 
 
 class MmvError(Exception):
@@ -58,7 +87,14 @@ class MmvError(Exception):
     kind = "error"
 
     def __init__(
-        self, path: str, field: str, offset: int, message: str, limit: int | None = None
+        self,
+        path: str,
+        field: str,
+        offset: int,
+        message: str,
+        limit: int | None = None,
+        *,
+        count: int = 1,
     ) -> None:
         super().__init__(path, field, offset, message, limit)
         self.path = path
@@ -66,11 +102,14 @@ class MmvError(Exception):
         self.offset = offset
         self.message = message
         self.limit = limit
+        self.count = count
 
     @property
     def problem(self) -> Problem:
         """This error as data."""
-        return Problem(self.path, self.field, self.message, self.offset, self.limit, self.kind)
+        return Problem(
+            self.path, self.field, self.message, self.offset, self.limit, self.kind, self.count
+        )
 
     def __str__(self) -> str:
         return str(self.problem)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Header, Indom, Label, Metric, Toc
-from pmda_mmv.mmvfile.errors import Corrupt
+from pmda_mmv.mmvfile.errors import Corrupt, unlisted
 from pmda_mmv.mmvfile.parse.ranges import Ranges
 
 
@@ -72,14 +72,5 @@ class State:
 
     def finish(self) -> Parsed:
         if self.unlisted:
-            self.out.problems.append(
-                Corrupt(
-                    self.path,
-                    "file",
-                    -1,
-                    f"{self.unlisted} more problems not listed"
-                    f" (the first {layout.MAX_PROBLEMS} are)",
-                    layout.MAX_PROBLEMS,
-                )
-            )
+            self.out.problems.append(unlisted(self.path, self.unlisted))
         return self.out

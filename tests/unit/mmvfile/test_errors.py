@@ -1,0 +1,47 @@
+"""Problems as data (pmda_mmv/mmvfile/errors.py): a problem's text and JSON forms, and the
+bound on how many are listed, with the count of the others kept as data."""
+
+from __future__ import annotations
+
+from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.errors import Corrupt, Problem, bounded, problem_count, unlisted
+
+MAX = layout.MAX_PROBLEMS
+
+
+def problems(n: int) -> list[Problem]:
+    return [Problem("f", f"metrics[{i}].name", "bad", 40 + i, 64) for i in range(n)]
+
+
+def test_a_problem_renders_its_field_offset_and_limit() -> None:
+    p = Corrupt("/d/f", "metrics[0].name", 40, "bad", 64).problem
+    assert str(p) == "/d/f: metrics[0].name at offset 40: bad"
+    assert p.as_dict() == {"field": "metrics[0].name", "offset": 40, "message": "bad", "limit": 64}
+    assert p.kind == "corrupt" and p.count == 1
+    assert Problem("/d/f", "", "gone").as_dict() == {
+        "field": "file",
+        "offset": -1,
+        "message": "gone",
+    }
+
+
+def test_up_to_the_bound_every_problem_is_listed() -> None:
+    assert bounded(problems(MAX), "f") == problems(MAX)
+
+
+def test_past_the_bound_one_summary_counts_the_others() -> None:
+    out = bounded(problems(MAX + 5), "f")
+    assert out[:MAX] == problems(MAX)
+    assert out[-1].count == 5 and out[-1].as_dict()["count"] == 5
+    assert out[-1].message == f"5 more problems not listed (the first {MAX} are)"
+    assert problem_count(out) == MAX + 5
+
+
+def test_a_summary_already_made_is_counted_not_listed() -> None:
+    # the reader bounds its own problems: bounding them again with the catalogue's keeps
+    # the count of those the reader left out (a summary is not one problem)
+    reader = [*problems(MAX), unlisted("f", 8).problem]
+    catalogue = [Problem("f", "cluster", "asked for cluster 7, served as cluster 8")]
+    out = bounded(reader + catalogue, "f")
+    assert len(out) == MAX + 1 and out[-1].count == 9
+    assert problem_count(out) == problem_count(reader + catalogue) == MAX + 9
