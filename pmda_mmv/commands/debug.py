@@ -35,6 +35,7 @@ from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import MmvError, problem_count
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 
@@ -91,9 +92,26 @@ def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
         say(out)
 
 
-def report(changes: Changes, scanner: Scanner, out: TextIO) -> None:
+def family_table(families: Families, domain: int, out: TextIO) -> None:
+    """Every family served: its members and metrics (values: ``pmval`` through pmcd)."""
+    for fam in families.families:
+        if not fam.cluster:
+            continue
+        members = ", ".join(sorted(fam.members)) or "none"
+        say(out, f"# family {fam.spec.name}: cluster {fam.cluster}, members {members}")
+        for sm in fam.metrics.values():
+            for line in describe(sm, domain):
+                say(out, line)
+            say(out, f"    Aggregated: {fam.mode(sm)} over the members")
+        say(out)
+
+
+def report(
+    changes: Changes, scanner: Scanner, out: TextIO, families: Families | None = None
+) -> None:
     """One line per file gone or served, with the agent's verdict (``ok`` or ``partial``,
-    as ``mmv.control.file.state`` and ``pmda-mmv check`` say)."""
+    as ``mmv.control.file.state`` and ``pmda-mmv check`` say), and its family's word
+    (``family NAME: member``, or why it is left out), as ``check`` gives it."""
     stamp = time.strftime("%H:%M:%S")
     for entry in changes.removed:
         say(out, f"{stamp} gone     {entry.mf.path}")
@@ -108,6 +126,10 @@ def report(changes: Changes, scanner: Scanner, out: TextIO) -> None:
             f"{stamp} served   {mf.path}: v{mf.header.version}, cluster {entry.cluster}, "
             f"{len(entry.metrics)} metrics, {mf.value_count} values, {verdict}{problems}",
         )
+        member = families.status(entry.name) if families is not None else None
+        if member is not None:
+            word = f"left out: {member[1]}" if member[1] else "member"
+            say(out, f"{stamp} family   {mf.path}: family {member[0]}: {word}")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -135,17 +157,18 @@ def main(argv: Sequence[str]) -> int:
     # the agent's numbers, read only: debug saves nothing
     registry = open_registry(options, var_dir())
     catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
-    families_for(catalogue, options.families, limited.info)
+    families = families_for(catalogue, options.families, limited.info)
     scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)
-    report(scanner.refresh(force=True), scanner, out)
+    report(scanner.refresh(force=True), scanner, out, families)
     if a.once:
         table(scanner.served(), options.domain, out)
+        family_table(families, options.domain, out)
         return 0
     watcher = Watcher(directory, scanner.mark_dirty)
     say(out, f"watching {directory}; Enter prints the table, q quits")
     while True:
         watcher.ensure()
-        report(scanner.refresh(), scanner, out)
+        report(scanner.refresh(), scanner, out, families)
         out.flush()
         ready, _, _ = select.select([sys.stdin], [], [], a.interval)
         if ready:
@@ -154,3 +177,4 @@ def main(argv: Sequence[str]) -> int:
                 watcher.stop()
                 return 0
             table(scanner.served(), options.domain, out)
+            family_table(families, options.domain, out)
