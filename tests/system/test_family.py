@@ -27,7 +27,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 WRITER = CHECKOUT / "tests" / "support" / "writers" / "family_prefork.py"
 WORKERS = 4
 RECYCLES = 20
-ARCHIVE_SECONDS = 30  # the issue asks for 60 s; 30 s covers the 20 recycles and the restart
+ARCHIVE_SECONDS = 60  # the 20 recycles and the agent restart spread over it
+PACE = (ARCHIVE_SECONDS - 15) / RECYCLES  # seconds from one recycle to the next
 ENV = dict(os.environ, PATH="/usr/bin:/bin:" + os.environ.get("PATH", ""))
 STRANGER = 65534  # nobody
 
@@ -146,7 +147,7 @@ def test_family_counters_never_fall_back_and_equal_what_the_workers_counted(
         for n in range(RECYCLES):
             victim = server.workers()[n % WORKERS]
             server.kill(victim)
-            time.sleep(0.5)
+            time.sleep(PACE)
             if n == RECYCLES // 2:  # the departure seen first (docs/families.md Limits):
                 family_values(pmcd, "mmv.websrv.requests")  # else it raced pmlogger's fetch
                 pmcd.restart_agent()
