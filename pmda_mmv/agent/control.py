@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from pmda_mmv.directory.filestate import FileState
+from pmda_mmv.directory.filestate import STATES, FileState
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import problem_count
 from pmda_mmv.mmvfile.rules import printable
@@ -147,7 +147,7 @@ FILE_STATUS: Final = {
     10: _status(
         "control.file.state",
         layout.TYPE_STRING,
-        "State of the file: ok, partial, pending, not-ready, refused, exited or no-writer",
+        f"State of the file: {', '.join(STATES[:-1])} or {STATES[-1]}",
         lambda s: s.state,
     ),
     11: _status(

@@ -24,6 +24,10 @@ NO_WRITER: Final = "no-writer"  # a PROCESS file whose writer is not found, or a
 IGNORED: Final = "ignored"
 """States of a directory entry, as ``mmv.control.file.state`` reports them (``ignored``
 entries, :func:`ignore_reason`, have no state: only ``pmda-mmv check`` lists them)."""
+STATES: Final = (OK, PARTIAL, PENDING, NOT_READY, REFUSED, EXITED, NO_WRITER)
+"""Every state ``mmv.control.file.state`` reports (its help text names them in this order);
+``pmda-mmv check`` reports each but ``pending`` (it scans without a request budget), and
+``ignored``."""
 
 UNSEEN: Final = (-1,)
 """Stat key of an entry not looked at yet (or to be looked at again)."""
