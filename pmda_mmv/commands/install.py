@@ -188,7 +188,20 @@ def install(agent_options: Sequence[str]) -> None:
     probe = _wait_served(cfg)
     say(f"pmcd.conf: {line}")
     say(f"pmprobe: {probe.strip()}")
-    say("pmda-mmv is installed; 'pmda-mmv remove' puts the stock mmv agent back")
+    how = remove_command(sys.argv[0], shutil.which("pmda-mmv"), sys.executable)
+    say(f"pmda-mmv is installed; {how} puts the stock mmv agent back")
+
+
+def remove_command(argv0: str, on_path: str | None, python: str) -> str:
+    """``remove`` as install was run (``argv0``): ``pmda-mmv remove`` when that console
+    script is the ``pmda-mmv`` on PATH (``on_path``), its own path otherwise (a wheel's
+    venv); run as ``python -m pmda_mmv`` (the checkout's ./Install), the checkout's
+    ./Remove or the same module."""
+    if Path(argv0).name != "pmda-mmv":
+        return f"'./Remove' in a checkout ('{python} -m pmda_mmv remove')"
+    if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+        return "'pmda-mmv remove'"
+    return f"'{argv0} remove'"
 
 
 def _save_stock(mmvdir: Path, pmcdconf: Path, cfg: dict[str, str]) -> None:
