@@ -29,11 +29,9 @@ from pmda_mmv.directory.filestate import (
 )
 from pmda_mmv.directory.liveness import NoWriter, Searching, Writer, writer_problem
 from pmda_mmv.directory.policy import Skip, resolve
-from pmda_mmv.directory.resources import Inode, Limits, Resources
+from pmda_mmv.directory.resources import Inode
 from pmda_mmv.mmvfile.errors import MmvError, Problem
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.served import Log
 
 LOAD_RATE: Final = 100e6
 """Bytes a second a load is assumed to take before one was measured (about 200 MB/s for
@@ -47,29 +45,16 @@ class Loader:
     def __init__(
         self,
         directory: str,
-        catalogue: Catalogue,
-        limits: Limits,
+        entries: Entries,
         *,
         owners: Iterable[int] | None,
-        not_ready_grace: float,
-        log: Log | None,
         clock: Callable[[], float],
-        pidfd: bool,
-        info: Log | None = None,
     ) -> None:
         self.directory = directory
         self._prefix = os.path.join(directory, "")
-        self.limits = limits
-        self.resources = Resources(limits)
-        self.entries = Entries(
-            catalogue,
-            self.resources,
-            not_ready_grace=not_ready_grace,
-            log=log,
-            clock=clock,
-            pidfd=pidfd,
-            info=info,
-        )
+        self.entries = entries
+        self.resources = entries.resources
+        self.limits = entries.resources.limits
         self.owners = set(owners) if owners is not None else None
         self.clock = clock
         self.load_rate = LOAD_RATE  # bytes a second loads take here (measured: consider)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from pmda_mmv.directory.containers import Containers
+from pmda_mmv.directory.entries import Entries
 from pmda_mmv.directory.filestate import (
     ALL,
     EXITED,
@@ -55,7 +56,7 @@ from pmda_mmv.directory.filestate import (
 )
 from pmda_mmv.directory.liveness import exit_problem, running
 from pmda_mmv.directory.loader import Loader
-from pmda_mmv.directory.resources import Limits
+from pmda_mmv.directory.resources import Limits, Resources
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry, Log
@@ -94,18 +95,17 @@ class Scanner:
         budget: float | None = BUDGET,
         info: Log | None = None,
     ) -> None:
-        self.loader = Loader(
-            directory,
+        # the entries' states and the served files, and what they take of the limits
+        self.entries = Entries(
             catalogue,
-            limits or Limits(),
-            owners=owners,
+            Resources(limits or Limits()),
             not_ready_grace=not_ready_grace,
             log=log,
             clock=clock,
             pidfd=pidfd,
             info=info,
         )
-        self.entries = self.loader.entries  # the entries' states and the served files
+        self.loader = Loader(directory, self.entries, owners=owners, clock=clock)
         self.directory = directory
         self.catalogue = catalogue
         self.states = self.entries.states  # every entry's state, by name

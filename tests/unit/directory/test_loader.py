@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from pmda_mmv.directory.entries import Entries
 from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED, UNSEEN
 from pmda_mmv.directory.loader import Loader
-from pmda_mmv.directory.resources import Limits
+from pmda_mmv.directory.resources import Limits, Resources
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import single
 
@@ -30,16 +31,15 @@ class Loaded:
     def __init__(self, directory: Path, max_total: int = 1 << 40) -> None:
         self.directory = directory
         self.lines: list[str] = []
-        self.loader = Loader(
-            str(directory),
+        entries = Entries(
             Catalogue(),
-            Limits(max_size=MAX_SIZE, max_total=max_total),
-            owners=None,
+            Resources(Limits(max_size=MAX_SIZE, max_total=max_total)),
             not_ready_grace=10.0,
             log=self.lines.append,
             clock=time.monotonic,
             pidfd=True,
         )
+        self.loader = Loader(str(directory), entries, owners=None, clock=time.monotonic)
 
     def consider(self, *names: str) -> tuple[list[str], list[str]]:
         """(names added, names removed) by one _consider of ``names`` (all of the
