@@ -63,14 +63,18 @@ def test_the_readme_is_a_users_page() -> None:
     assert len(text.splitlines()) < 300, len(text.splitlines())
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
-def test_no_dated_run_logs(page: Path) -> None:
-    found = [
+def matches(page: Path, pattern: re.Pattern[str]) -> list[str]:
+    """Every match of ``pattern`` in ``page``, as ``page:line: match``."""
+    return [
         f"{page.name}:{n}: {m.group(0)}"
         for n, line in enumerate(page.read_text().splitlines(), 1)
-        for m in DATED.finditer(line)
+        for m in pattern.finditer(line)
     ]
-    assert not found, found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
+def test_no_dated_run_logs(page: Path) -> None:
+    assert matches(page, DATED) == []
 
 
 def test_the_date_pattern_finds_what_it_should() -> None:
@@ -95,12 +99,7 @@ def test_the_date_pattern_finds_what_it_should() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
 def test_no_issue_numbers(page: Path) -> None:
-    found = [
-        f"{page.name}:{n}: {m.group(0)}"
-        for n, line in enumerate(page.read_text().splitlines(), 1)
-        for m in ISSUE.finditer(line)
-    ]
-    assert not found, found
+    assert matches(page, ISSUE) == []
 
 
 def test_the_issue_pattern_finds_what_it_should() -> None:
