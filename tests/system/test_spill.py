@@ -319,6 +319,29 @@ def test_a_name_defined_twice_is_served_once_the_first_entry(
         assert list(entry.spills) == (["dup.m"] if spilled else [])
 
 
+def test_a_name_defined_twice_does_not_keep_writers_of_one_application_apart(
+    tmp_path: Path,
+) -> None:
+    """NOPREFIX files of one owner and cluster (PCP QA 648) still share it when the later
+    one defines a shared name twice: its later entry is refused, not counted against it."""
+    c = Catalogue()
+    entries = []
+    for name, items in (("p1", (1,)), ("p2", (1, 2))):
+        b = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
+        b.metrics += [mb.Metric("app.a", item) for item in items]
+        b.values.append(mb.Value("app.a", None, 1))
+        b.build().write(tmp_path / name)
+        with MmvFile.open(str(tmp_path / name), name=name) as mf:
+            entry = c.add(mf)
+            assert entry is not None
+            entries.append(entry)
+    p1, p2 = entries
+    assert p1.cluster == p2.cluster == 40
+    assert [(sm.name, sm.cluster, sm.item) for sm in p2.metrics] == [("mmv.app.a", 40, 1)]
+    first, later = (sm.offset for sm in p2.mf.metrics)
+    assert [(p.offset, f"offset {first}" in p.message) for p in p2.problems] == [(later, True)]
+
+
 def test_registry_keeps_spills_in_its_file(tmp_path: Path) -> None:
     reg = Registry(str(tmp_path / "r.json"))
     reg.serve(("f", 0), 3, 0, False, {}, spills={"m": (9, 44)})
