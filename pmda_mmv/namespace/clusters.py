@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.registry import Registry, describe
-from pmda_mmv.namespace.registryfile import Key
+from pmda_mmv.namespace.registry import Registry
+from pmda_mmv.namespace.registryfile import Key, describe
 from pmda_mmv.namespace.served import Log
 
 
