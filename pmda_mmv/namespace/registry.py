@@ -50,9 +50,12 @@ from pmda_mmv.namespace.secret import read_secret, write_secret
 
 CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
-BYTES_PER_NAME: Final = 800
-"""The registry's bytes are bounded at ``cap`` times this (8 MB at the default cap; a
-record of a file with 8,192 spilled names of any length takes about 450 kB)."""
+BYTES_PER_NAME: Final = 200
+"""An owner's records are bounded at ``cap`` times this many bytes (2 MB at the default
+cap: 10,000 names take 1.5 MB; a file with 4,096 spilled names of any length 200 kB)."""
+OWNERS: Final = 8
+"""Owners' quotas the registry keeps in all before one owner's departed names go for
+another's (the owner who has departed the most first)."""
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")
 """``--registry`` values for a registry in memory only."""
@@ -79,6 +82,7 @@ class Registry:
         self.path = path
         self.cap = max(cap, 1)
         self.byte_cap = self.cap * BYTES_PER_NAME
+        self._keep = self.cap + self.cap // 8  # names read, and kept before trimming
         self.log: Log = log or (lambda line: None)
         self.readonly = readonly
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
@@ -99,9 +103,11 @@ class Registry:
         self._gone: dict[int, dict[Key, int]] = {}  # owner -> its departed keys, in order
         self._seq = 0  # (each numbered as it departed)
         self._gone_bytes: Counter[int] = Counter()  # owner -> its departed keys' bytes
+        self._owned: Counter[int] = Counter()  # owner -> its keys
+        self._owned_bytes: Counter[int] = Counter()  # owner -> its keys' bytes
         self._changed: dict[Key, None] = {}  # since the last save (the journal's lines)
         self._journal = registryjournal.Journal(path or "")
-        self._capped: set[str] = set()  # the caps reached (each logged once)
+        self._capped: set[tuple[str, int]] = set()  # the caps reached (each logged once)
         self.secret, self._secret_saved = read_secret(None)  # random: saved with the registry
 
     # -- queries
@@ -166,7 +172,7 @@ class Registry:
         self._link(key, new)
         if old != new:  # new numbers: on disk before they are served (a file reloaded or
             self.dirty = True  # back with its own numbers costs no save)
-        self._trim()
+        self._trim(key[1])
 
     def credit(self, key: Key, totals: dict[str, dict[int, float]]) -> None:
         """``key`` (a family's) has departed members' counts ``totals`` now: saved with
@@ -184,7 +190,7 @@ class Registry:
         record = self.records.get(key)
         if record is not None:  # saved with the next change (the order only decides
             self._put(key, record, False, present=False)  # which departed name goes first)
-        self._trim()
+        self._trim(key[1])
 
     def forget(self, key: Key) -> Record | None:
         record = self._pop(key)
@@ -202,6 +208,8 @@ class Registry:
         self.records[key] = record
         self._lines[key] = body = body or record_body(key, record)
         self.bytes += _size(body)
+        self._owned[key[1]] += 1
+        self._owned_bytes[key[1]] += _size(body)
         self._changed[key] = None
         if present:
             self.present.add(key)
@@ -214,7 +222,10 @@ class Registry:
     def _pop(self, key: Key) -> Record | None:
         record = self.records.pop(key, None)
         body = self._lines.pop(key, None)
-        self.bytes -= _size(body) if body else 0
+        if body:
+            self.bytes -= _size(body)
+            self._owned[key[1]] -= 1
+            self._owned_bytes[key[1]] -= _size(body)
         self.present.discard(key)
         if self.departed.pop(key, 0) is None and body:
             self._gone_bytes[key[1]] -= _size(body)
@@ -266,31 +277,35 @@ class Registry:
         for serial in record.indoms.values():
             drop_holder(self.serials, serial, key)
 
-    def _trim(self) -> None:
-        """Beyond the cap of names or of bytes (+1/8, so that trimming is rare), departed
-        keys go, down to the cap: each time the longest departed of the owner who has
-        departed the most names (or bytes; ties: the owner of the longest departed)."""
-        if len(self.records) > self._keep:
-            self._trim_to("names", self.cap)
-        if self.bytes > self.byte_cap + self.byte_cap // 8:
-            self._trim_to("bytes", self.byte_cap)
+    def _trim(self, uid: int) -> None:
+        """Owner ``uid``'s quota: past ``cap`` names or ``byte_cap`` bytes of its own (+1/8,
+        so that trimming is rare) its longest departed go, down to the quota; only past
+        OWNERS quotas of departed keys in all, those of the owner who has departed the most."""
+        if self._owned[uid] > self._keep:
+            self._forget_of("names", self.cap, lambda: self._owned[uid], lambda: uid)
+        if self._owned_bytes[uid] > self.byte_cap * 9 // 8:
+            self._forget_of("bytes", self.byte_cap, lambda: self._owned_bytes[uid], lambda: uid)
+        if len(self.departed) > OWNERS * self._keep:
+            self._forget_of("names", OWNERS * self.cap, lambda: len(self.departed), self._most)
+        if self._gone_bytes.total() > OWNERS * self.byte_cap * 9 // 8:
+            gone = self._gone_bytes.total
+            self._forget_of("bytes", OWNERS * self.byte_cap, gone, self._most)
 
-    def _trim_to(self, what: str, limit: int) -> None:
-        names = what == "names"
+    def _most(self) -> int:
+        """The owner who has departed the most bytes (ties: the longest departed)."""
+        return max(self._gone, key=lambda u: (self._gone_bytes[u], -self._oldest(u)), default=-2)
+
+    def _forget_of(
+        self, what: str, limit: int, held: Callable[[], int], owner: Callable[[], int]
+    ) -> None:
+        """Forget the longest departed of ``owner()`` while ``held()`` exceeds ``limit``."""
         first = None
-        while (len(self.records) if names else self.bytes) > limit and self._gone:
-            uid = max(
-                self._gone,
-                key=lambda u: (
-                    len(self._gone[u]) if names else self._gone_bytes[u],
-                    -self._oldest(u),
-                ),
-            )
+        while held() > limit and (uid := owner()) in self._gone:
             key = next(iter(self._gone[uid]))
             first = first or key
             self.forget(key)
-        if first is not None and what not in self._capped:  # once: a directory of PID-named
-            self._capped.add(what)  # files does it every few hundred names, for ever
+        if first is not None and (what, limit) not in self._capped:  # once: a directory of
+            self._capped.add((what, limit))  # PID-named files does it every few hundred names
             self.log(
                 f"identity registry: more than {limit} {what} remembered (--registry-cap): "
                 f"the longest departed are forgotten from now on, from {describe(first)}"
@@ -326,13 +341,10 @@ class Registry:
                 "rewritten at the next change"
             )
             self.dirty = True
+        self.dirty = self.dirty or not epoch  # version 1: rewritten at the next save
         self._replay([*records, *changes])
         if size and not self.readonly:
             self._journal.reopen(size)  # a line cut short is cut off
-
-    @property
-    def _keep(self) -> int:
-        return self.cap + self.cap // 8
 
     def _replay(self, changes: list[tuple[Key, Record | None]]) -> None:
         """The records read (all departed until a scan serves them), then the journal's."""
@@ -344,7 +356,8 @@ class Registry:
                 self._put(key, record, True, present=False)
                 self._link(key, record)
         self._changed.clear()
-        self._trim()
+        for uid in list(self._owned):
+            self._trim(uid)
         self._changed.clear()
         self.evicted = 0
 
