@@ -174,7 +174,7 @@ class Clusters:
             f"identity registry: every cluster is served or remembered: cluster {cluster} "
             f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
         )
-        registry.note_eviction(line)
+        registry.evictions = [*registry.evictions[-9:], line]
         self.log(line)
         held = ", ".join(describe(k) for k in gone)
         self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"

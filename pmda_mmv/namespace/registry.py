@@ -39,9 +39,6 @@ from pmda_mmv.namespace.registryfile import (
     add_holder,
     describe,
     drop_holder,
-    parse,
-    parse_tail,
-    read,
     record_body,
     spill_key,
 )
@@ -57,8 +54,7 @@ OWNERS: Final = 8
 """Owners' quotas the registry keeps in all before one owner's departed names go for
 another's (the owner who has departed the most first)."""
 SUFFIX: Final = ".mmv-identity.json"
-NONE: Final = ("", "none")
-"""``--registry`` values for a registry in memory only."""
+NONE: Final = ("", "none")  # the --registry values of a registry in memory only
 
 Log = Callable[[str], None]
 
@@ -88,8 +84,7 @@ class Registry:
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
         self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
-        # cluster -> keys holding it; PCP indom serial -> keys holding it (tuples: most
-        # numbers have one holder, and a set cost 216 bytes a number, a tuple 48)
+        # cluster, PCP indom serial -> keys holding it (tuples: 48 bytes, a set's 216)
         self.clusters: dict[int, tuple[Key, ...]] = {}
         self.serials: dict[int, tuple[Key, ...]] = {}
         self.dirty = False
@@ -116,8 +111,7 @@ class Registry:
         return self.records.get(key)
 
     def spills(self, key: Key, wanted: list[str]) -> dict[str, tuple[int, int]]:
-        """``key``'s remembered spilled metric PMIDs, by name for the names ``wanted`` (the
-        others as kept: a long departed name by its digest)."""
+        """``key``'s spilled metric PMIDs, by name for those ``wanted`` (others as kept)."""
         record = self.records.get(key)
         if record is None:
             return {}
@@ -261,14 +255,9 @@ class Registry:
         """When owner ``uid``'s longest-departed key departed."""
         return next(iter(self._gone[uid].values()))
 
-    def note_eviction(self, line: str) -> None:
-        self.evictions = [*self.evictions[-9:], line]
-
     def _link(self, key: Key, record: Record) -> None:
-        for cluster in record.all_clusters():
-            add_holder(self.clusters, cluster, key)
-        for serial in record.indoms.values():
-            add_holder(self.serials, serial, key)
+        [add_holder(self.clusters, cluster, key) for cluster in record.all_clusters()]
+        [add_holder(self.serials, serial, key) for serial in record.indoms.values()]
 
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
         for cluster in record.all_clusters():  # its own and its spill clusters
@@ -321,9 +310,7 @@ class Registry:
             return
         self.secret, self._secret_saved = read_secret(f"{self.path}.key")
         try:
-            text, big = read(self.path)
-            records, epoch = (parse_tail(text, self._keep), "") if big else parse(text, self._keep)
-            changes, size = registryjournal.changes(self.path, epoch)
+            changes, size, big, epoch = registryjournal.load(self.path, self._keep)
         except FileNotFoundError:
             return
         except OSError as e:
@@ -336,13 +323,9 @@ class Registry:
             self.dirty = True
             return
         if big:
-            self._problem(
-                f"larger than {MAX_BYTES >> 20} MiB: its newest {len(records)} names read, "
-                "rewritten at the next change"
-            )
-            self.dirty = True
-        self.dirty = self.dirty or not epoch  # version 1: rewritten at the next save
-        self._replay([*records, *changes])
+            self._problem(f"larger than {MAX_BYTES >> 20} MiB: its newest {big} names read")
+        self.dirty = not epoch  # version 1, or too large: rewritten at the next save
+        self._replay(changes)
         if size and not self.readonly:
             self._journal.reopen(size)  # a line cut short is cut off
 

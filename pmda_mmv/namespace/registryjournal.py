@@ -25,8 +25,10 @@ from pmda_mmv.namespace.registryfile import (
     Key,
     Record,
     key_line,
+    parse,
     parse_key,
     parse_record,
+    parse_tail,
     read,
     record_line,
     write_atomically,
@@ -87,6 +89,17 @@ def changes(path: str, epoch: str) -> tuple[list[Change], int]:
             break
         size += len(line.encode("utf-8", "surrogateescape")) + 1
     return out, size
+
+
+def load(path: str, keep: int) -> tuple[list[Change], int, int, str]:
+    """The registry file at ``path`` (its newest ``keep`` records) and its journal: every
+    record and change in order, the journal's usable bytes, how many records were read of a
+    file too large to read whole (0: it was read whole) and the file's epoch; OSError,
+    ValueError (and the like) when it cannot be used."""
+    text, big = read(path)
+    records, epoch = (parse_tail(text, keep), "") if big else parse(text, keep)
+    journal, size = changes(path, epoch)
+    return [*records, *journal], size, len(records) if big else 0, epoch
 
 
 def _lines(text: str) -> Iterator[str]:

@@ -139,7 +139,7 @@ def test_a_file_past_the_read_limit_loads_its_newest_names(tmp_path: Path) -> No
             "indoms": {},
             "spills": {n: list(ci) for n, ci in long_names("m", 4096).items()},
             "present": False,
-        }  # fmt: skip
+        }
     )
     victim = json.dumps(
         {
@@ -150,7 +150,7 @@ def test_a_file_past_the_read_limit_loads_its_newest_names(tmp_path: Path) -> No
             "noprefix": False,
             "indoms": {"5": 6149},
             "present": False,
-        }  # fmt: skip
+        }
     )
     copies = MAX_BYTES // len(line) + 2
     with path.open("w") as f:
