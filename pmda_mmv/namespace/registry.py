@@ -251,13 +251,14 @@ class Registry:
         for uid in sorted(self._gone, key=lambda u: (-len(self._gone[u]), self._oldest(u))):
             yield from list(self._gone[uid])
 
-    def _oldest(self, uid: int) -> int:
-        """When owner ``uid``'s longest-departed key departed."""
+    def _oldest(self, uid: int) -> int:  # when owner uid's longest departed key departed
         return next(iter(self._gone[uid].values()))
 
     def _link(self, key: Key, record: Record) -> None:
-        [add_holder(self.clusters, cluster, key) for cluster in record.all_clusters()]
-        [add_holder(self.serials, serial, key) for serial in record.indoms.values()]
+        for cluster in record.all_clusters():
+            add_holder(self.clusters, cluster, key)
+        for serial in record.indoms.values():
+            add_holder(self.serials, serial, key)
 
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
         for cluster in record.all_clusters():  # its own and its spill clusters
