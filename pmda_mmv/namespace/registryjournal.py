@@ -39,6 +39,8 @@ Change = tuple[Key, Record | None]
 
 
 SUFFIX: Final = ".journal"
+WHOLE: Final = 64 << 10
+"""A registry of at most this many bytes is written whole at each save (no journal)."""
 
 
 def journal_path(path: str) -> str:
@@ -149,15 +151,21 @@ class Journal:
         renamed: Callable[[], None],
     ) -> None:
         """The changes since the last save on disk: ``changed()`` appended to the journal,
-        or, when it is not usable or :meth:`full`, ``whole(epoch)`` written as the registry
-        file (atomically; ``renamed`` runs once it is in place) and a new journal after it;
-        OSError when that failed."""
-        if self.usable and not self.full(registry_bytes):
+        or, when it is not usable or :meth:`full` or the registry is small (WHOLE: as cheap
+        as an append), ``whole(epoch)`` written as the registry file (atomically;
+        ``renamed`` runs once it is in place), a new journal after it when the registry is
+        not small (a journal of another epoch is not read); OSError when that failed."""
+        if self.usable and registry_bytes > WHOLE and not self.full(registry_bytes):
             self.append(changed())
             return
         epoch = os.urandom(8).hex()
         write_atomically(self.path[: -len(SUFFIX)], whole(epoch), renamed)
-        self.start(epoch)
+        if registry_bytes > WHOLE:
+            self.start(epoch)
+        elif self.usable:
+            self.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # stale
 
     def append(self, data: bytes) -> None:
         """``data`` (whole lines) appended and on disk; OSError when that failed (the

@@ -12,6 +12,7 @@ from pathlib import Path
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.registry import BYTES_PER_NAME, Registry
 from pmda_mmv.namespace.registryfile import FAMILY, MAX_BYTES, Record
+from pmda_mmv.namespace.registryjournal import WHOLE
 from tests.support.family import World, member
 from tests.support.mmvbuild import MmvBuilder
 
@@ -85,10 +86,19 @@ def test_a_save_costs_what_changed_not_what_is_remembered(tmp_path: Path) -> Non
     assert len(again.records) == 20_200 and again.get(("new199", 0)) == Record(200, 0, False)
 
 
+def past_whole(r: Registry) -> None:
+    """Departed names enough that the registry is saved through its journal."""
+    for k in range(1000):
+        r.serve((f"old{k}", 0), 4000, 0, False, {})
+        r.depart((f"old{k}", 0))
+    assert r.bytes > WHOLE
+
+
 def test_a_journal_line_cut_short_by_a_power_cut_is_cut_off(tmp_path: Path) -> None:
     path = tmp_path / "reg.json"
     r = Registry(str(path))
     r.load()
+    past_whole(r)
     r.serve(("a", 0), 1, 0, False, {})
     assert r.save()
     r.serve(("b", 0), 2, 0, False, {})
@@ -98,12 +108,13 @@ def test_a_journal_line_cut_short_by_a_power_cut_is_cut_off(tmp_path: Path) -> N
         f.write('{"name": "c", "uid": 0, "clu')  # the save of c never finished
     again = Registry(str(path))
     again.load()
-    assert set(again.records) == {("a", 0), ("b", 0)} and not again.problem
+    assert {("a", 0), ("b", 0)} <= set(again.records) and ("c", 0) not in again.records
+    assert not again.problem
     again.serve(("d", 0), 4, 0, False, {})
     assert again.save()
     third = Registry(str(path))
     third.load()
-    assert set(third.records) == {("a", 0), ("b", 0), ("d", 0)}
+    assert {("a", 0), ("b", 0), ("d", 0)} <= set(third.records) and len(third.records) == 1003
 
 
 def test_a_stale_journal_is_not_read(tmp_path: Path) -> None:
@@ -111,6 +122,7 @@ def test_a_stale_journal_is_not_read(tmp_path: Path) -> None:
     path = tmp_path / "reg.json"
     r = Registry(str(path))
     r.load()
+    past_whole(r)
     r.serve(("a", 0), 1, 0, False, {})
     assert r.save()
     r.serve(("a", 0), 2, 0, False, {})  # a (forgotten and) renumbered since
