@@ -47,8 +47,8 @@ from pmda_mmv.namespace.secret import read_secret, write_secret
 
 CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
-BYTES_PER_NAME: Final = 200
-"""An owner's records are bounded at ``cap`` times this many bytes (2 MB at the default
+BYTES_PER_NAME: Final = 400
+"""An owner's records are bounded at ``cap`` times this many bytes (4 MB at the default
 cap: 10,000 names take 1.5 MB; a file with 4,096 spilled names of any length 200 kB)."""
 OWNERS: Final = 8
 """Owners' quotas the registry keeps in all before one owner's departed names go for

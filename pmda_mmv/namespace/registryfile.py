@@ -94,10 +94,10 @@ def drop_holder(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> boo
     return False
 
 
-def read(path: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
+def read(path: str, limit: int = MAX_BYTES, tail: int = MAX_BYTES // 4) -> tuple[str, bool]:
     """The text of the registry file at ``path``: a regular file (a FIFO would block the
     agent's start for ever, a device never end), OSError otherwise; and whether it is
-    larger than ``limit``, when the text is its first line and its last ``limit`` bytes
+    larger than ``limit``, when the text is its first line and its last ``tail`` bytes
     (:func:`parse_tail` reads what it can of them)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -105,12 +105,12 @@ def read(path: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
         with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-            big = len(data) > limit
+            data = f.read(4096 if st.st_size > limit else limit + 1)
+            big = len(data) > limit or st.st_size > limit
             if big:
                 head = data[: data.find(b"\n") + 1 or 4096]
-                f.seek(-limit, os.SEEK_END)
-                data = head + f.read(limit)
+                f.seek(max(-tail, -st.st_size), os.SEEK_END)
+                data = head + f.read(tail)
     finally:
         os.close(fd)
     return data.decode("utf-8", "surrogateescape"), big
@@ -118,17 +118,20 @@ def read(path: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
 
 def parse_tail(text: str, keep: int) -> list[tuple[Key, Record]]:
     """The records of the last ``keep`` whole, usable lines of a file too large to read
-    whole (:func:`read`): a file of one record a line, as this agent writes, loads what it
-    can; ValueError when its first line is not a registry's."""
+    whole (:func:`read`; newest first read, so that no more are checked than are kept):
+    a file of one record a line, as this agent writes, loads what it can; ValueError when
+    its first line is not a registry's."""
     head, _, rest = text.partition("\n")
     found = re.match(r'\{"version": (\d+)', head)
     if not found or int(found.group(1)) not in (VERSION, OLD_VERSION):
         raise ValueError("not a registry")
-    records = []
-    for line in rest.split("\n")[1:]:  # the first is cut
+    records: list[tuple[Key, Record]] = []
+    for line in reversed(rest.split("\n")[1:]):  # the first is cut
+        if len(records) >= keep:
+            break
         with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError, RecursionError):
             records.append(parse_record(json.loads(line.rstrip(",")), int(found.group(1))))
-    return records[-keep:]
+    return records[::-1]
 
 
 def _int(value: Any, low: int, high: int) -> int:
