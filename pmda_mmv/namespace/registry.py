@@ -197,7 +197,8 @@ class Registry:
 
     def _put(self, key: Key, record: Record, changed: bool, present: bool) -> None:
         """``key`` holds ``record`` (its JSON encoded anew when ``changed``), newest."""
-        body = None if changed else self._lines.get(key)
+        body = None if changed else self._lines.get(key) or record.body
+        record.body = ""
         self._pop(key)
         self.records[key] = record
         self._lines[key] = body = body or record_body(key, record)
@@ -337,7 +338,7 @@ class Registry:
             if old is not None:
                 self._unlink(key, old)
             if record is not None:
-                self._put(key, record, True, present=False)
+                self._put(key, record, not record.body, present=False)
                 self._link(key, record)
         self._changed.clear()
         for uid in list(self._owned):

@@ -63,6 +63,7 @@ class Record:
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
     totals: dict[str, dict[int, float]] = field(default_factory=dict)  # a family's departed
     # members' counts, {metric name: {instance id: count}} (docs/families.md)
+    body: str = field(default="", compare=False, repr=False)  # its record_body, as read
 
     def all_clusters(self) -> set[int]:
         """The file's cluster and its spill clusters."""
@@ -153,7 +154,21 @@ def parse(text: str, keep: int) -> tuple[list[tuple[Key, Record]], str]:
     if not isinstance(names, list):
         raise ValueError("names is not a list")
     epoch = doc.get("epoch", "") if version == VERSION else ""
-    return [parse_record(item, version) for item in names[-keep:]], str(epoch)
+    records = [parse_record(item, version) for item in names[-keep:]]
+    lines = text.split("\n")
+    if version == VERSION and len(lines) == len(names) + 3:  # one record a line, as written
+        for (_, record), line in zip(records, lines[-2 - len(records) : -2], strict=True):
+            record.body = read_body(line.rstrip(","))
+    return records, str(epoch)
+
+
+def read_body(line: str) -> str:
+    """The :func:`record_body` of a record's line as :func:`record_line` wrote it ("" when
+    it is not one: the record is encoded anew)."""
+    for end in (', "present": true}', ', "present": false}'):
+        if line.endswith(end):
+            return line[: -len(end)] + "}"
+    return ""
 
 
 def parse_record(item: Any, version: int = VERSION) -> tuple[Key, Record]:

@@ -30,6 +30,7 @@ from pmda_mmv.namespace.registryfile import (
     parse_record,
     parse_tail,
     read,
+    read_body,
     record_line,
     write_atomically,
 )
@@ -86,7 +87,9 @@ def changes(path: str, epoch: str) -> tuple[list[Change], int]:
             if item.get("forget") is True:
                 out.append((parse_key(item), None))
             else:
-                out.append(parse_record(item))
+                key, record = parse_record(item)
+                record.body = read_body(line)
+                out.append((key, record))
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             break
         size += len(line.encode("utf-8", "surrogateescape")) + 1
