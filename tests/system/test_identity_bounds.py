@@ -49,7 +49,7 @@ class Timed:
     def wait(self, metric: str, served: bool = True, timeout: float = 20) -> None:
         """Until ``metric`` has a value (or, ``served`` False, is not served)."""
         deadline = time.monotonic() + timeout
-        while (self.run("pmprobe", metric).split() + ["", ""])[1].startswith("-") == served:
+        while [*self.run("pmprobe", metric).split(), "", ""][1].startswith("-") == served:
             assert time.monotonic() < deadline, metric
             time.sleep(0.1)
 
@@ -81,8 +81,7 @@ def past_the_read_limit(path: Path, victim: dict[str, object]) -> None:
         f.write('{"version": 1, "names": [\n')
         k = 0
         while f.tell() <= MAX_BYTES:
-            record = {"name": f"old{k}", "uid": 65534, "cluster": 100, "asked": 0,
-                      "noprefix": False, "indoms": {}, "spills": spills, "present": False}  # fmt: skip
+            record = {"name": f"old{k}", "uid": 65534, "cluster": 100, "spills": spills}
             f.write(json.dumps(record) + ",\n")
             k += 1
         f.write(json.dumps(victim) + "\n]}\n")
@@ -102,7 +101,7 @@ def test_long_spilled_names_cost_no_user_its_numbers(
             "noprefix": False,
             "indoms": {"5": 12345},
             "present": False,
-        },  # fmt: skip
+        },
     )
     agent = our_agent(shared, "--registry-cap", "8")
     with PrivatePmcd(private_dir / "pmcd", [agent]) as pmcd:

@@ -86,21 +86,22 @@ def test_a_save_costs_what_changed_not_what_is_remembered(tmp_path: Path) -> Non
     assert len(again.records) == 20_200 and again.get(("new199", 0)) == Record(200, 0, False)
 
 
-def past_whole(r: Registry) -> None:
-    """Departed names enough that the registry is saved through its journal."""
+def journaled(path: Path) -> Registry:
+    """A registry saved through its journal (departed names enough), ``a`` in cluster 1."""
+    r = Registry(str(path))
+    r.load()
     for k in range(1000):
         r.serve((f"old{k}", 0), 4000, 0, False, {})
         r.depart((f"old{k}", 0))
     assert r.bytes > WHOLE
+    r.serve(("a", 0), 1, 0, False, {})
+    assert r.save()
+    return r
 
 
 def test_a_journal_line_cut_short_by_a_power_cut_is_cut_off(tmp_path: Path) -> None:
     path = tmp_path / "reg.json"
-    r = Registry(str(path))
-    r.load()
-    past_whole(r)
-    r.serve(("a", 0), 1, 0, False, {})
-    assert r.save()
+    r = journaled(path)
     r.serve(("b", 0), 2, 0, False, {})
     assert r.save()
     journal = Path(f"{path}.journal")
@@ -120,11 +121,7 @@ def test_a_journal_line_cut_short_by_a_power_cut_is_cut_off(tmp_path: Path) -> N
 def test_a_stale_journal_is_not_read(tmp_path: Path) -> None:
     # the file written whole, the agent killed before the new journal replaced the old one
     path = tmp_path / "reg.json"
-    r = Registry(str(path))
-    r.load()
-    past_whole(r)
-    r.serve(("a", 0), 1, 0, False, {})
-    assert r.save()
+    r = journaled(path)
     r.serve(("a", 0), 2, 0, False, {})  # a (forgotten and) renumbered since
     assert r.save()
     stale = Path(f"{path}.journal").read_text()
