@@ -112,11 +112,8 @@ class Registry:
 
     def spills(self, key: Key, wanted: list[str]) -> dict[str, tuple[int, int]]:
         """``key``'s spilled metric PMIDs, by name for those ``wanted`` (others as kept)."""
-        record = self.records.get(key)
-        if record is None:
-            return {}
-        names = {spill_key(n): n for n in wanted}
-        return {names.get(k, k): ci for k, ci in record.spills.items()}
+        names, record = {spill_key(n): n for n in wanted}, self.records.get(key)
+        return {names.get(k, k): ci for k, ci in (record.spills if record else {}).items()}
 
     def holders(self, cluster: int, key: Key | None = None) -> list[Key]:
         """The keys other than ``key`` holding ``cluster``, longest-seen first."""
@@ -356,6 +353,8 @@ class Registry:
         if self.path is None or self.readonly:
             self._changed.clear()
             return True
+        if not self._secret_saved:  # written with the file written whole
+            self._journal.close()
         try:
             self._journal.save(
                 lambda: changes_text(self._changed, self._lines, self.present),

@@ -239,3 +239,15 @@ def test_eviction_ranks_owners_by_departed_names_only() -> None:
     assert r.get(("departed", VICTIM)) == Record(60, 60, False, {1: 500})
     assert r.cluster_held(60) and r.serial_held(500)
     assert len([k for k in r.records if k[1] == STRANGER]) <= 8 * 9 // 8  # its quota
+
+
+def test_a_save_through_the_journal_still_writes_a_missing_secret(tmp_path: Path) -> None:
+    path = tmp_path / "reg.json"
+    journaled(path)
+    key = tmp_path / "reg.json.key"
+    key.unlink()
+    again = Registry(str(path))
+    again.load()
+    again.serve(("b", 0), 2, 0, False, {})
+    assert again.save()
+    assert bytes.fromhex(key.read_text()) == again.secret  # before its numbers are served
