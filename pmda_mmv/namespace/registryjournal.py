@@ -72,10 +72,11 @@ def header(epoch: str) -> str:
 
 def changes(path: str, epoch: str) -> tuple[list[Change], int]:
     """The changes the journal of registry file ``path`` holds for ``epoch`` and the bytes
-    of its whole, usable lines (0: none, stale or missing); OSError when unreadable."""
+    of its whole, usable lines (0: none, stale, missing, or not a regular file: the next
+    save writes the registry whole and a new journal, never through this one)."""
     try:
         text, big = read(journal_path(path))
-    except FileNotFoundError:
+    except OSError:
         return [], 0
     if big or not epoch or not text.startswith(header(epoch)):
         return [], 0

@@ -6,6 +6,7 @@ family keys no file name can forge, and eviction by departed names only."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -251,3 +252,16 @@ def test_a_save_through_the_journal_still_writes_a_missing_secret(tmp_path: Path
     again.serve(("b", 0), 2, 0, False, {})
     assert again.save()
     assert bytes.fromhex(key.read_text()) == again.secret  # before its numbers are served
+
+
+def test_a_journal_that_is_no_regular_file_costs_the_registry_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "reg.json"
+    journaled(path)
+    journal = Path(f"{path}.journal")
+    journal.unlink()
+    os.mkfifo(journal)  # would block the agent's start for ever, if opened so
+    again = Registry(str(path))
+    again.load()
+    assert again.get(("a", 0)) == Record(1, 0, False) and not again.problem
+    again.serve(("b", 0), 2, 0, False, {})
+    assert again.save() and journal.is_file()  # written whole, a new journal after it
