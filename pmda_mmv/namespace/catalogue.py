@@ -275,8 +275,7 @@ class Catalogue:
         name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
         mf = entry.mf
         wanted = sorted(name for name, m in first_named(mf.metrics).items() if m.spill)
-        record = self.registry.get((mf.name, mf.uid))
-        known = dict(record.spills) if record is not None else {}
+        known = self.registry.spills((mf.name, mf.uid), wanted)
         if not wanted and not known:
             return
         mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
