@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import mmvbuild
-from tests.support.pmcd import PrivatePmcd, kept_dir, make_dir, our_agent, require_pcp
-from tests.support.served import GOOD, QUICK, Client, Served, agent_pids
+from tests.support.served import GOOD, QUICK, Client, Served, agent_pids, serve
 from tests.support.untrusted import TMP, Container, Opens, held, swapper
 
 pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
@@ -32,22 +31,7 @@ HOST_ONLY = b"a host file no container may have read\n" * 2
 def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """pmda-mmv with ``--containers`` in a private pmcd (``-t`` 5 s), a sticky 1777
     directory and a live good file."""
-    require_pcp()
-    for base in kept_dir(request, "pmda-mmv-untrusted-", "untrusted paths work directory"):
-        mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
-        agent = our_agent(mmv_dir, "--status-metrics", "--containers")
-        pmcd = PrivatePmcd(base / "pmcd", [agent], agent_timeout=None)
-        pmcd.start()
-        good = mmvbuild.write_pcp_mmv(mmv_dir / "good")
-        try:
-            pids = agent_pids(pmcd)
-            assert len(pids) == 1, pids
-            s = Served(pmcd, mmv_dir, pids[0], good)
-            s.assert_good_answers()
-            yield s
-        finally:
-            pmcd.stop()
-            good.handle.stop()
+    yield from serve(request, "--containers")
 
 
 @pytest.fixture
@@ -82,6 +66,23 @@ def served_in(served: Served, metric: str, seconds: float = 15) -> bool:
     return False
 
 
+def with_plain(outside: Path) -> str:
+    """The shell command that puts a good file, ``plain`` (its metric ``v`` is 5), into a
+    container's MMV directory."""
+    plain = outside / "plain"
+    mmvbuild.single(cluster=7, value=5).write(plain)
+    return f"cp {plain} {TMP}/mmv/"
+
+
+def assert_served_quickly(served: Served, c: Container, seconds: float) -> None:
+    """The container's ``plain`` served (its directory found by a walk of /proc), then
+    fetched with the host's good file for ``seconds``, every request within QUICK."""
+    metric = f"mmv.containers.{c.name}.plain.v"
+    assert served_in(served, metric), served.pmcd.pmcd_log()[-1500:]
+    _, slowest = fetch_for(served, seconds, metric)
+    assert slowest < QUICK
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device", "symlink"])
 def test_a_fifo_device_or_symlink_as_a_containers_pcp_conf(
     served: Served, outside: Path, kind: str
@@ -102,15 +103,10 @@ def test_a_fifo_device_or_symlink_as_a_containers_pcp_conf(
     if kind == "fifo":
         os.mkfifo(outside / "fifo")
     opens = [Opens(node), Opens(secret)]
-    plain = outside / "plain"
-    mmvbuild.single(cluster=7, value=5).write(plain)
     planted = f"{planted} /etc/pcp.conf" if kind != "symlink" else planted
-    c = Container(f"cp {plain} {TMP}/mmv/ && {planted}")
+    c = Container(f"{with_plain(outside)} && {planted}")
     try:
-        metric = f"mmv.containers.{c.name}.plain.v"
-        assert served_in(served, metric), served.pmcd.pmcd_log()[-1500:]
-        _, slowest = fetch_for(served, 2.0, metric)
-        assert slowest < QUICK
+        assert_served_quickly(served, c, 2.0)
         assert [o.count() for o in opens] == [0, 0]
         assert agent_pids(served.pmcd) == [served.pid]
     finally:
@@ -128,16 +124,11 @@ def test_a_fifo_device_or_symlink_in_a_containers_directory(served: Served, outs
     node = outside / "null"
     os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
     mmv = f"{TMP}/mmv"
-    plain = outside / "plain"
-    mmvbuild.single(cluster=7, value=5).write(plain)
     plant = f"mkfifo {mmv}/fifo && touch {mmv}/dev && mount --bind {node} {mmv}/dev"
     opens = [Opens(node), Opens(secret)]
-    c = Container(f"cp {plain} {mmv}/ && {plant} && ln -s {secret} {mmv}/link")
+    c = Container(f"{with_plain(outside)} && {plant} && ln -s {secret} {mmv}/link")
     try:
-        metric = f"mmv.containers.{c.name}.plain.v"
-        assert served_in(served, metric), served.pmcd.pmcd_log()[-1500:]
-        _, slowest = fetch_for(served, 1.0, metric)
-        assert slowest < QUICK
+        assert_served_quickly(served, c, 1.0)
         state = served.pmcd.fetch("mmv.control.file.last_problem")
         problems = {k.rsplit("/", 1)[-1]: v for k, v in state.items() if k and c.name in k}
         assert "not a regular file (FIFO)" in problems["fifo"]
@@ -163,10 +154,8 @@ def test_a_symlink_swapped_in_for_a_not_ready_file_never_opens_a_host_file(
     secret.write_bytes(HOST_ONLY)
     opens = Opens(secret)
     if where == "container":
-        plain = outside / "plain"
-        mmvbuild.single(cluster=7, value=5).write(plain)
         swap = shlex.join(swapper(f"{TMP}/mmv/swapped", secret))
-        c = Container(f"cp {plain} {TMP}/mmv/", swap)
+        c = Container(with_plain(outside), swap)
         swapping = c.proc
         assert served_in(served, f"mmv.containers.{c.name}.plain.v")  # its directory found
     else:
