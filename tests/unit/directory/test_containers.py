@@ -18,6 +18,7 @@ from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support import mmvbuild
 from tests.support.family import World, file_changes, member
+from tests.support.untrusted import Opens
 
 
 def test_the_containers_pcp_conf_says_where_its_tmp_dir_is(tmp_path: Path) -> None:
@@ -50,16 +51,20 @@ def test_a_fifo_or_device_as_the_containers_pcp_conf_is_not_opened(
         os.mkfifo(conf)
     else:
         os.mknod(conf, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's
+    opens = Opens(conf)
     fd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
     got: list[str] = []
     reader = threading.Thread(target=lambda: got.append(tmp_dir(fd)), daemon=True)
     reader.start()
     reader.join(2)
-    if reader.is_alive():  # blocked in open(2): release it before failing
+    blocked = reader.is_alive()
+    if blocked:  # in open(2): released before the test fails
         os.close(os.open(conf, os.O_WRONLY | os.O_NONBLOCK))
         reader.join(2)
     os.close(fd)
-    assert got == ["/var/lib/pcp/tmp"] and not reader.is_alive()
+    assert not blocked and got == ["/var/lib/pcp/tmp"]
+    assert opens.count() == 0
+    opens.close()
 
 
 def fake_proc(base: Path, processes: int) -> Path:
