@@ -167,11 +167,14 @@ class Pmproxy:
     with ``key_port``, ``[discover]``, ``[pmseries]``; pmsearch off), under ``workdir``:
     ``tmp/`` (PCP_TMP_DIR: its MMV files go to ``tmp/pmproxy/``), ``run/``, ``log/``
     (pmproxy.log) and ``archive_dir`` (PCP_ARCHIVE_DIR: discovery watches it for active
-    pmlogger archives).  ``tmp_dir`` can be given to share a PCP_TMP_DIR (a private pmcd's)."""
+    pmlogger archives).  ``tmp_dir`` can be given to share a PCP_TMP_DIR (a private pmcd's).
+    ``key_port`` 0: no key server, discovery nor pmseries (the live REST API and
+    ``/metrics`` only); ``pmcd_port``: the pmcd its live requests go to (PMCD_PORT)."""
 
     workdir: Path
     key_port: int
     tmp_dir: Path | None = None
+    pmcd_port: int = 0
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -207,12 +210,14 @@ class Pmproxy:
             make_dir(d, 0o775)
             os.chown(d, pcp.pw_uid, pcp.pw_gid)
         make_dir(self.archive_dir)
+        keys = "true" if self.key_port else "false"
         self.conf.write_text(
-            "[pmproxy]\npcp.enabled = true\nhttp.enabled = true\nredis.enabled = true\n"
+            f"[pmproxy]\npcp.enabled = true\nhttp.enabled = true\nredis.enabled = {keys}\n"
             "secure.enabled = false\n"
-            f"[redis]\nenabled = true\nservers = 127.0.0.1:{self.key_port}\n"
-            "[discover]\nenabled = true\n"
-            "[pmseries]\nenabled = true\n"
+            f"[redis]\nenabled = {keys}\nservers = 127.0.0.1:{self.key_port}\n"
+            + ("" if self.key_port else "[keys]\nenabled = false\n")
+            + f"[discover]\nenabled = {keys}\n"
+            f"[pmseries]\nenabled = {keys}\n"
             "[pmsearch]\nenabled = false\n"
         )
         _on_free_port(self._start)
@@ -226,6 +231,8 @@ class Pmproxy:
             PCP_LOG_DIR=str(self.log_dir),
             PCP_ARCHIVE_DIR=str(self.archive_dir),
         )
+        if self.pmcd_port:
+            env["PMCD_PORT"] = str(self.pmcd_port)
         argv = [str(binadm("pmproxy")), "-f", "-A", "-p", str(self.port), "-i", "127.0.0.1"]
         argv += ["-s", str(self.run_dir / "pmproxy.socket"), "-c", str(self.conf)]
         argv += ["-l", str(self.log)]
@@ -248,7 +255,7 @@ class Pmproxy:
         if re.search(rf"^\s*err\s+-?\d+\s+{self.port}\s+inet", text, re.M):
             raise PortInUse(f"pmproxy: port {self.port} in use")
         listening = re.search(rf"^\s*ok\s+\d+\s+{self.port}\s+inet", text, re.M)
-        keys = "schema version setup" in text
+        keys = "schema version setup" in text or not self.key_port
         return bool(listening and keys and (self.mmv_dir / "server").exists())
 
     def rest(self, path: str, **query: str) -> Any:
