@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -21,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.fleet.services import PortInUse, _on_free_port, _stop, _wait
-from tests.support.pmcd import make_dir
+from tests.support.fleet.services import Daemon, PortInUse, _wait, spawn
 
 BINARY = "prometheus"
 
@@ -35,43 +33,26 @@ def require_prometheus() -> str:
     return path
 
 
-class Prometheus:
+class Prometheus(Daemon):
     """``prometheus`` on 127.0.0.1:PORT under ``workdir`` (``prometheus.yml``, ``data/``,
-    ``prometheus.log``), scraping with the configuration text ``config`` every second."""
+    ``prometheus.log``), scraping as the configuration text ``config`` says; started, it
+    answers ``/-/ready``."""
 
     def __init__(self, workdir: Path, config: str) -> None:
-        self.workdir = make_dir(workdir)
+        super().__init__(workdir)
         self.config = config
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.workdir / "prometheus.log"
 
-    def __enter__(self) -> Prometheus:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
-        """Start it and wait until ``/-/ready`` answers; raises RuntimeError."""
         (self.workdir / "prometheus.yml").write_text(self.config)
-        _on_free_port(self._start)
+        super().start()
 
     def _start(self, port: int) -> None:
         self.port = port
         argv = [require_prometheus(), f"--config.file={self.workdir / 'prometheus.yml'}"]
         argv += [f"--storage.tsdb.path={self.workdir / 'data'}"]
         argv += [f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = spawn(argv, self.workdir, self.log)
         _wait(f"prometheus on port {port}", self._ready, self.proc, self.log, 60)
 
     def _ready(self) -> bool:
@@ -112,7 +93,3 @@ class Prometheus:
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
