@@ -16,13 +16,16 @@ install (idempotent, as root):
    interpreter of step 1: no machine-wide record, the agent directory says which venv runs;
 4. runs that directory's ``Install`` (pmdaproc.sh), which replaces the mmv line in pmcd.conf
    by ``mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 --notready [OPTION..]``;
-5. waits until pmcd serves ``mmv.control.files`` from it.
+5. waits until pmcd serves ``mmv.control.files`` from it;
+6. lays the agent's pmieconf rules (disabled) in ``$PCP_VAR_DIR/config/pmieconf/mmv``
+   (:mod:`.pmieconf`).
 
 install --refresh (the Debian package's postinst, after an upgrade of it or of pcp) installs
 again with the current line's options, only when installed from this interpreter.
 
-remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files
-and, when the stock line was the C agent's DSO line, runs the stock ``Install`` to put it back;
+remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files,
+takes the pmieconf rules out and, when the stock line was the C agent's DSO line, runs the
+stock ``Install`` to put it back;
 ``$PCP_VAR_DIR/pmns/mmv``, which pmdaproc.sh's Install leaves, goes when it was not there
 before install.
 """
@@ -37,6 +40,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from pmda_mmv.commands import pmieconf
 
 #: the agent's files, laid over $PCP_PMDAS_DIR/mmv (see deploy/pmdas/mmv)
 AGENT_FILES = ("Install", "Remove", "pmdammv", "root_mmv", "domain.h")
@@ -161,6 +166,10 @@ def install(agent_options: Sequence[str]) -> None:
     """Make this interpreter's pmda-mmv the system pmcd's mmv agent (see the module doc)."""
     need_root()
     source = agent_source()
+    try:  # pmda-mmv: pmieconf rules
+        rules = pmieconf.rules_source()
+    except FileNotFoundError as e:
+        raise InstallError(str(e)) from None
     named = named_interpreter()
     check = subprocess.run(
         [named, "-P", "-c", "import pcp.pmda, watchdog, psutil, pmda_mmv.agent.pmda"],
@@ -188,6 +197,8 @@ def install(agent_options: Sequence[str]) -> None:
     probe = _wait_served(cfg)
     say(f"pmcd.conf: {line}")
     say(f"pmprobe: {probe.strip()}")
+    laid = pmieconf.lay_rules(rules, cfg["PCP_VAR_DIR"])  # pmda-mmv: pmieconf rules
+    say(f"pmieconf rules (disabled; 'pmieconf enable {pmieconf.GROUP}'): {laid}")
     how = remove_command(sys.argv[0], shutil.which("pmda-mmv"), sys.executable)
     say(f"pmda-mmv is installed; {how} puts the stock mmv agent back")
 
@@ -327,6 +338,7 @@ def remove() -> None:
         )
     if pmns_absent:  # the names are in the PMNS root; the file was not there before
         pmns_file(cfg).unlink(missing_ok=True)
+    pmieconf.drop_rules(cfg["PCP_VAR_DIR"])  # pmda-mmv: pmieconf rules
     say("pmda-mmv is removed")
 
 
