@@ -46,12 +46,11 @@ from pathlib import Path
 
 from pmda_mmv.commands.pmcdctl import (
     InstallError,
+    local_conf,
     mmv_line,
     pcp_config,
     pmcd_answering_or_startable,
-    pmcd_running,
     put_mmv_line,
-    reload_pmcd,
     run,
     say,
     script_env,
@@ -175,7 +174,10 @@ def _switch(
     line = mmv_line(pmcdconf)
     if f"{mmvdir}/pmdammv" not in line:
         raise InstallError(f"pmcd.conf has no pmda-mmv line after Install (mmv line: '{line}')")
-    probe = _wait_served(cfg)
+    if local_conf(cfg).is_file() and mmv_line(local_conf(cfg)):
+        put_mmv_line(local_conf(cfg), "")
+        say(f"{local_conf(cfg)}: the C agent's mmv line taken out (docs/install.md)")
+    probe = wait_served(cfg)
     say(f"pmcd.conf: {line}")
     say(f"pmprobe: {probe.strip()}")
 
@@ -210,6 +212,8 @@ def _save_stock(mmvdir: Path, pmcdconf: Path, cfg: dict[str, str]) -> None:
     (tmp / "pmcd.line").write_text(line + "\n" if line else "")
     if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
         (tmp / "pmns.absent").touch()
+    if local_conf(cfg).is_file():  # PCP 7.2+: the DSO local-context clients load
+        (tmp / "local.line").write_text(mmv_line(local_conf(cfg)) + "\n")
     tmp.rename(stock)
 
 
@@ -227,7 +231,7 @@ def _lay_agent(source: Path, mmvdir: Path, named: Path) -> None:
     link.symlink_to(named)
 
 
-def _wait_served(cfg: dict[str, str]) -> str:
+def wait_served(cfg: dict[str, str]) -> str:
     """pmprobe's line once pmcd serves mmv.control.files (InstallError after 30 s)."""
     # the agent starts, scans, then tells pmcd it is ready: allow it some time
     for _ in range(30):
@@ -275,54 +279,6 @@ def refresh() -> None:
         return
     options = installed_options(mmv_line(Path(cfg["PCP_PMCDCONF_PATH"])), mmvdir / "pmdammv")
     install(options or [])
-
-
-def remove() -> None:
-    """Take pmda-mmv out of the system pmcd and put the stock mmv agent back: its files,
-    its pmcd.conf line as it was, the PMNS file install added removed; pmcd (when it runs)
-    told to read pmcd.conf again.  Needs neither a running pmcd nor an intact PMNS."""
-    need_root()
-    cfg = pcp_config()
-    recover(cfg)
-    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
-    stock = mmvdir / STOCK
-    if not stock.is_dir():
-        say(f"pmda-mmv is not installed (no {stock}); nothing to do")
-        return
-    say(f"restoring the stock {mmvdir}")
-    line = (stock / "pmcd.line").read_text().strip()
-    pmns_absent = (stock / "pmns.absent").exists()
-    _restore_stock_files(mmvdir, stock)
-    pmcdconf = Path(cfg["PCP_PMCDCONF_PATH"])
-    put_mmv_line(pmcdconf, line)
-    say(f"pmcd.conf: {mmv_line(pmcdconf) or '(no mmv line, as before install)'}")
-    if pmns_absent:  # pmdaproc.sh's Install left it; the PMNS root's mmv subtree is the same
-        pmns_file(cfg).unlink(missing_ok=True)
-    shutil.rmtree(stock)
-    if not pmcd_running():
-        say("pmcd is not running: it starts the stock mmv agent when it starts")
-    else:
-        reload_pmcd(cfg)
-        _wait_served(cfg)
-        say("pmcd serves the stock mmv agent")
-    say("pmda-mmv is removed")
-
-
-def _restore_stock_files(mmvdir: Path, stock: Path) -> None:
-    """The agent's files out of ``mmvdir``, the saved stock ones back (copies: a remove
-    interrupted here can run again)."""
-    for name in (*AGENT_FILES, PYTHON_LINK):
-        (mmvdir / name).unlink(missing_ok=True)
-    for entry in (stock / "files").iterdir():
-        dest = mmvdir / entry.name
-        if dest.is_symlink() or dest.is_file():
-            dest.unlink()
-        elif dest.is_dir():
-            shutil.rmtree(dest)
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.copytree(entry, dest, symlinks=True)
-        else:
-            shutil.copy2(entry, dest, follow_symlinks=False)
 
 
 def parser(command: str) -> argparse.ArgumentParser:
@@ -374,6 +330,8 @@ def main(command: str, argv: Sequence[str]) -> int:
         elif command == "install":
             install(rest)
         else:
+            from pmda_mmv.commands.remove import remove
+
             remove()
     except InstallError as e:
         print(f"pmda-mmv {command}: {e}", file=sys.stderr)

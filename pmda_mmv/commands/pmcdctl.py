@@ -28,7 +28,13 @@ def pcp_config() -> dict[str, str]:
     from pcp.pmapi import pmContext
 
     names = ("PCP_PMDAS_DIR", "PCP_PMCDCONF_PATH", "PCP_RC_DIR", "PCP_LOG_DIR", "PCP_VAR_DIR")
-    return {n: str(pmContext.pmGetConfig(n)) for n in (*names, "PCP_RUN_DIR")}
+    return {n: str(pmContext.pmGetConfig(n)) for n in (*names, "PCP_RUN_DIR", "PCP_SYSCONF_DIR")}
+
+
+def local_conf(cfg: dict[str, str]) -> Path:
+    """``$PCP_SYSCONF_DIR/local.conf`` (PCP 7.2+): the DSO agents local-context clients
+    (``pminfo -L``) load, the C mmv agent among them."""
+    return Path(cfg["PCP_SYSCONF_DIR"]) / "local.conf"
 
 
 def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -17,11 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from pmda_mmv.commands.pmcdctl import pmcd_rc, pmcd_running, reload_pmcd, say
+from pmda_mmv.commands.pmcdctl import local_conf, pmcd_rc, pmcd_running, reload_pmcd, say
 
 UNDO = ".pmda-mmv-undo"
-LOCAL_CONF = "/etc/pcp/local.conf"
-"""PCP 7.2's list of the DSO agents local-context clients load (``pminfo -L``)."""
 
 
 class Interrupted(Exception):
@@ -34,7 +32,7 @@ def watched(cfg: dict[str, str]) -> list[Path]:
         Path(cfg["PCP_PMCDCONF_PATH"]),
         Path(cfg["PCP_PMDAS_DIR"]) / "mmv",
         Path(cfg["PCP_VAR_DIR"]) / "pmns",
-        Path(LOCAL_CONF),
+        local_conf(cfg),
     ]
 
 
@@ -65,18 +63,20 @@ def _delete(path: Path) -> None:
 class Undo:
     """The saved copy of :func:`watched` (see the module doc)."""
 
-    def __init__(self, cfg: dict[str, str]) -> None:
+    def __init__(self, cfg: dict[str, str], paths: list[Path] | None = None) -> None:
         self.dir = undo_dir(cfg)
-        self.paths = watched(cfg)
+        self.paths = paths  # None: watched(cfg), read when the copy is taken
+        self.cfg = cfg
 
     def take(self) -> None:
         tmp = self.dir.with_name(UNDO + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(mode=0o700)
-        for n, path in enumerate(self.paths):
+        paths = watched(self.cfg) if self.paths is None else self.paths
+        for n, path in enumerate(paths):
             if path.exists() or path.is_symlink():
                 _clone(path, tmp / str(n))
-        (tmp / "paths").write_text(json.dumps([str(p) for p in self.paths]) + "\n")
+        (tmp / "paths").write_text(json.dumps([str(p) for p in paths]) + "\n")
         tmp.rename(self.dir)
 
     def restore(self) -> None:
