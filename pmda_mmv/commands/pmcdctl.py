@@ -87,17 +87,21 @@ def pmcd_answering_or_startable() -> bool:
 
 
 def pmcd_rc(cfg: dict[str, str], action: str) -> int:
-    """``$PCP_RC_DIR/pmcd ACTION`` (start, stop); its exit status."""
+    """``$PCP_RC_DIR/pmcd ACTION`` (start, stop), all its output on stdout (stderr keeps
+    the one line that says why install or remove stopped); its exit status."""
     env = script_env() | {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
     argv = [f"{cfg['PCP_RC_DIR']}/pmcd", action]
-    return subprocess.run(argv, cwd="/", env=env, stdin=subprocess.DEVNULL).returncode
+    return subprocess.run(
+        argv, cwd="/", env=env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    ).returncode
 
 
 def start_pmcd(cfg: dict[str, str]) -> None:
     """Start the system pmcd through its rc script (InstallError when it does not answer)."""
     say("starting pmcd")
     pmcd_rc(cfg, "start")
-    done = subprocess.run(["pmcd_wait", "-h", "local:", "-t", "60"], env=script_env())
+    wait = ["pmcd_wait", "-h", "local:", "-t", "60"]
+    done = subprocess.run(wait, env=script_env(), stderr=subprocess.STDOUT)
     if done.returncode:
         raise InstallError(f"pmcd did not start; see {cfg['PCP_LOG_DIR']}/pmcd/pmcd.log")
 

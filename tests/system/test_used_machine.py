@@ -30,8 +30,11 @@ KEY_TESTS = (
     "tests/system/test_identity.py",
     "tests/unit/commands",
     "tests/unit/test_cli.py",
+    "tests/unit/agent/test_pmda.py",
+    "tests/unit/agent/test_serving.py",
 )
-"""The tests that judge files and numbers: those a used machine's registry could move."""
+"""The tests that judge files and numbers (those a used machine's registry could move) and
+the in-process agent's (those that would write it)."""
 
 
 def one_metric(path: Path) -> None:
@@ -105,12 +108,13 @@ def used_system_registry() -> Iterator[Path]:
 
 @pytest.mark.system_pmcd
 def test_the_key_tests_pass_with_a_used_machines_registry(used_system_registry: Path) -> None:
-    """The check, identity and command tests, run as the README runs them, pass with
-    thousands of names remembered by the system agent's registry, those tests' own names
-    among them, at other clusters."""
+    """The check, identity, command and in-process agent tests, run as the README runs
+    them, pass with thousands of names remembered by the system agent's registry, those
+    tests' own names among them, at other clusters, and leave it as it was."""
     held = Registry(str(used_system_registry))
     held.load()
     assert len(held.records) > 500
+    planted = used_system_registry.read_bytes()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KEY_TESTS],
         cwd=CHECKOUT,
@@ -121,3 +125,4 @@ def test_the_key_tests_pass_with_a_used_machines_registry(used_system_registry: 
     )
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout
+    assert used_system_registry.read_bytes() == planted, "a test wrote the machine's registry"
