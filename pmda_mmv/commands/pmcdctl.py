@@ -49,11 +49,38 @@ def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+"""The signals that stop install: held while a script is being started."""
+
+
+def _unblock() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
+
+
 def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-    """Run a PCP script with no stdin, its output passed through; fail on a non-zero exit."""
-    done = subprocess.run(list(argv), cwd=cwd, env=env or script_env(), stdin=subprocess.DEVNULL)
-    if done.returncode:
-        raise InstallError(f"{' '.join(argv)} in {cwd} exited {done.returncode}")
+    """Run a PCP script with no stdin, its output passed through; fail on a non-zero exit.
+    It runs in a session of its own, started with the stopping signals held (so a signal
+    never leaves it unknown to us); a signal that stops us kills its whole session."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env or script_env(),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_unblock,
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    try:
+        status = proc.wait()
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if status:
+        raise InstallError(f"{' '.join(argv)} in {cwd} exited {status}")
 
 
 def mmv_line(pmcdconf: Path) -> str:

@@ -121,6 +121,8 @@ def roll_back(cfg: dict[str, str], saved: Undo, was_running: bool) -> None:
     """Put back what install changed; pmcd as it was (stopped again when install started
     it, else told to read pmcd.conf and the PMNS again)."""
     say("putting back pmcd.conf, the agent directory and the PMNS as they were")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # not stopped halfway again
+        signal.signal(sig, signal.SIG_IGN)
     saved.restore()
     if not was_running:
         if pmcd_running():
