@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-from pmda_mmv.directory.filestate import STATES, FileState
+from pmda_mmv.directory.filestate import STATES, FileState, state_code
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import problem_count
 from pmda_mmv.mmvfile.rules import printable
@@ -92,11 +92,23 @@ def control_metrics(status_metrics: bool, debug_options: bool) -> dict[int, Cont
 
 STATUS_SERIAL: Final = 0
 """The indom serial of the per-file status metrics (``--status-metrics``)."""
+STATES_SERIAL: Final = 1
+"""The indom serial of the states (``mmv.control.files_by_state``): one instance per state,
+its code the instance id."""
 STATUS_INDOM_HELP: Final = (
     "MMV files in the directory",
     "One instance per directory entry the agent has looked at, named by "
     "file name, whether it is served or not.",
 )
+
+
+STATES_INDOM_HELP: Final = (
+    "States of the MMV files in the directory",
+    "One instance per state of mmv.control.file.state, its instance id the state's code\n"
+    "(mmv.control.file.state_code).",
+)
+CODES: Final = ", ".join(f"{code} {state}" for code, state in enumerate(STATES))
+"""The states' codes, as the help texts list them."""
 
 
 def _metrics(s: FileState) -> int:
@@ -124,8 +136,8 @@ def _identity(s: FileState) -> str:
 
 
 class StatusMetric(NamedTuple):
-    """A per-file status metric: ``metric`` (its one-line help is also its long help) and
-    the reader of its value in a :class:`~.filestate.FileState`."""
+    """A per-file status metric: ``metric`` and the reader of its value in a
+    :class:`~.filestate.FileState`."""
 
     metric: ControlMetric
     read: Callable[[FileState], object]
@@ -185,5 +197,36 @@ FILE_STATUS: Final = {
         "holds that cluster (empty when it is)",
         _identity,
     ),
+    19: StatusMetric(
+        ControlMetric(
+            "control.file.state_code",
+            layout.TYPE_U32,
+            layout.SEM_INSTANT,
+            "State of the file as a number (mmv.control.file.state's code)",
+            f"State of the file as a number: {CODES}.\n"
+            "The same state as mmv.control.file.state, as a number for pmie and for\n"
+            "pmproxy's OpenMetrics export (which leaves strings out).",
+        ),
+        lambda s: state_code(s.state),
+    ),
 }
 """Per-file status metrics (``--status-metrics``) by item, over the status indom."""
+
+FILES_BY_STATE: Final = 20
+"""Item of ``control.files_by_state``, over the states indom (``--status-metrics``)."""
+BY_STATE: Final = ControlMetric(
+    "control.files_by_state",
+    layout.TYPE_U32,
+    layout.SEM_INSTANT,
+    "Number of files in each state",
+    "Number of directory entries in each state of mmv.control.file.state, one\n"
+    f"instance per state (instance id the state's code: {CODES}).",
+)
+
+
+def state_counts(states: dict[str, FileState]) -> list[int]:
+    """How many of ``states`` are in each state, by code (every state, 0 for none)."""
+    counts = [0] * len(STATES)
+    for s in states.values():
+        counts[state_code(s.state)] += 1
+    return counts

@@ -84,7 +84,7 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         "--registry-cap",
         type=int,
         default=identity.CAP,
-        help=f"names the identity registry remembers (default {identity.CAP})",
+        help=f"names the identity registry remembers per owner (default {identity.CAP})",
     )
     p.add_argument(
         "--family",

@@ -28,7 +28,7 @@ from pmda_mmv.agent.options import Options, families_for, parse_args, registry_p
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import containers, fdlimit
-from pmda_mmv.directory.filestate import Changes
+from pmda_mmv.directory.filestate import STATES, Changes
 from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
@@ -156,7 +156,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self._update_status_indom()
             for item, status in control.FILE_STATUS.items():
                 self._add_own(item, status.metric, self.indom(control.STATUS_SERIAL))
+            self._add_states_indom()
             self.model.serve_status(self.scanner.states)
+
+    def _add_states_indom(self) -> None:
+        """The states indom (instance id a state's code, named by the state) and
+        ``control.files_by_state`` over it."""
+        indom, made = self.indom(control.STATES_SERIAL), pcpcompat.Instids()
+        insts = [made.get(code, code, state) for code, state in enumerate(STATES)]
+        self.pcp_tables.put_indom(made.indom(indom, insts), *control.STATES_INDOM_HELP)
+        self._add_own(control.FILES_BY_STATE, control.BY_STATE, indom)
 
     def reload_value(self) -> int:
         """mmv.control.reload: 1 while a rescan is requested or files wait to be loaded."""

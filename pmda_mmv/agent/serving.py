@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from pmda_mmv.agent.aggregate import FamilyTable
-from pmda_mmv.agent.control import FILE_STATUS
+from pmda_mmv.agent.control import FILE_STATUS, FILES_BY_STATE, state_counts
 from pmda_mmv.agent.tables import (
     ERR_AGAIN,
     ERR_PMID,
@@ -140,9 +140,15 @@ class Serving:
         self.tables[key(CONTROL_CLUSTER, item)] = control_table
 
     def serve_status(self, states: dict[str, FileState]) -> None:
-        """Serve the per-file status metrics over ``states`` (the scanner's, live)."""
+        """Serve the per-file status metrics over ``states`` (the scanner's, live), and
+        their count per state."""
         for item, status in FILE_STATUS.items():
             self.tables[key(CONTROL_CLUSTER, item)] = status_table(states, status.read)
+
+        def by_state() -> Built:
+            return state_counts(states), {}
+
+        self.tables[key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
 
     # -- applying the scanner's changes
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from pmda_mmv.directory.filestate import OK, PARTIAL, status_of
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
 from pmda_mmv.mmvfile.errors import Changed, MmvError
+from pmda_mmv.mmvfile.opener import open_regular, read_head
 from pmda_mmv.mmvfile.reader import MmvFile
 
 SEMANTICS_TEXT = {layout.SEM_UNSET: "unset (served as counter)", **layout.SEM_NAMES}
@@ -111,13 +111,11 @@ def _created(g1: int) -> str | None:
 def _raw_header(path: str) -> Doc | None:
     """The header fields of a file the reader did not accept, or None if unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd, _ = open_regular(path)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        raw = os.pread(fd, layout.HEADER_SIZE, 0)
+        raw = read_head(fd, layout.HEADER_SIZE)
     except OSError:
         return None
     finally:

@@ -23,6 +23,8 @@ install (SIGKILL, a power cut) is put back by the next install or remove.
 5. runs that directory's ``Install`` (pmdaproc.sh), which replaces the mmv line in pmcd.conf
    by ``mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 --notready [OPTION..]``;
 6. waits until pmcd serves ``mmv.control.files`` from it.
+7. lays the agent's pmieconf rules (disabled) in ``$PCP_VAR_DIR/config/pmieconf/mmv``
+   (:mod:`.pmieconf`).
 
 install --refresh (the Debian package's postinst, after an upgrade of it or of pcp) installs
 again with the current line's options, only when installed from this interpreter.
@@ -30,7 +32,8 @@ again with the current line's options, only when installed from this interpreter
 remove (idempotent, as root) needs neither a running pmcd nor an intact PMNS: it restores
 the saved stock files and pmcd.conf line (as it was), removes ``$PCP_VAR_DIR/pmns/mmv``
 when pmdaproc.sh's Install added it (the PMNS root's mmv subtree is the C agent's too) and,
-when pmcd runs, tells it to read pmcd.conf again (it stops the agent, starts the stock one).
+when pmcd runs, tells it to read pmcd.conf again (it stops the agent, starts the stock
+one); the pmieconf rules go.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pmda_mmv.commands import pmieconf
 from pmda_mmv.commands.pmcdctl import (
     InstallError,
     local_conf,
@@ -120,6 +124,10 @@ def install(agent_options: Sequence[str]) -> None:
     every check that can fail first, then the change, undone on any failure."""
     need_root()
     source = agent_source()
+    try:  # pmda-mmv: pmieconf rules (checked before anything changes)
+        pmieconf.rules_source()
+    except FileNotFoundError as e:
+        raise InstallError(str(e)) from None
     named = named_interpreter()
     check = subprocess.run(
         [named, "-P", "-c", "import pcp.pmda, watchdog, psutil, pmda_mmv.agent.pmda"],
@@ -180,6 +188,8 @@ def _switch(
     probe = wait_served(cfg)
     say(f"pmcd.conf: {line}")
     say(f"pmprobe: {probe.strip()}")
+    laid = pmieconf.lay_rules(pmieconf.rules_source(), cfg["PCP_VAR_DIR"])
+    say(f"pmieconf rules (disabled; 'pmieconf enable {pmieconf.GROUP}'): {laid}")
 
 
 def remove_command(argv0: str, on_path: str | None, python: str) -> str:

@@ -45,9 +45,9 @@ from typing import TextIO
 from pmda_mmv.agent.options import add_max_size
 from pmda_mmv.directory.filestate import ignore_reason
 from pmda_mmv.directory.liveness import NoWriter, Writers
-from pmda_mmv.directory.policy import kind
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError
+from pmda_mmv.mmvfile.opener import kind
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE, MmvFile
 from pmda_mmv.mmvfile.rules import printable
 

@@ -7,6 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
+from pmda_mmv.commands import pmieconf
 from pmda_mmv.commands.install import (
     AGENT_FILES,
     NAMES,
@@ -54,6 +55,7 @@ def remove() -> None:
         put_mmv_line(local_conf(cfg), local.read_text().strip())
         say(f"{local_conf(cfg)}: the mmv line is back (local-context clients)")
     shutil.rmtree(stock)
+    pmieconf.drop_rules(cfg["PCP_VAR_DIR"])  # pmda-mmv: pmieconf rules
     if not running:
         say("pmcd is not running: it starts the stock mmv agent when it starts")
     elif not _agents_gone(cfg):

@@ -1,6 +1,6 @@
 """What ``pmda-mmv install`` changes, kept so that a failure puts it back byte for byte:
 :class:`Undo` copies pmcd.conf, ``$PCP_PMDAS_DIR/mmv``, the PMNS directory and PCP 7.2's
-``local.conf`` (each path's content, mode and owner, or its absence) into
+``local.conf`` and the pmieconf rules (each path's content, mode and owner, or its absence) into
 ``$PCP_PMDAS_DIR/.pmda-mmv-undo`` before the first change.  The copy is complete or absent
 (made under a temporary name, then renamed): while it exists an install is under way or was
 interrupted, and the next install or remove puts it back first (:func:`recover`).
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from pmda_mmv.commands import pmieconf
 from pmda_mmv.commands.pmcdctl import local_conf, pmcd_rc, pmcd_running, reload_pmcd, say
 
 UNDO = ".pmda-mmv-undo"
@@ -27,12 +28,14 @@ class Interrupted(Exception):
 
 
 def watched(cfg: dict[str, str]) -> list[Path]:
-    """What install may change: pmcd.conf, the agent directory, the PMNS, local.conf."""
+    """What install may change: pmcd.conf, the agent directory, the PMNS, local.conf, the
+    pmieconf rules."""
     return [
         Path(cfg["PCP_PMCDCONF_PATH"]),
         Path(cfg["PCP_PMDAS_DIR"]) / "mmv",
         Path(cfg["PCP_VAR_DIR"]) / "pmns",
         local_conf(cfg),
+        pmieconf.rules_dir(cfg["PCP_VAR_DIR"]),
     ]
 
 

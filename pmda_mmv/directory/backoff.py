@@ -20,6 +20,7 @@ from typing import Final
 from pmda_mmv.directory.filestate import NOT_READY, FileState
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError, NotReady
+from pmda_mmv.mmvfile.opener import open_regular, read_head
 from pmda_mmv.mmvfile.parse.header import read_header
 from pmda_mmv.namespace.served import Log
 
@@ -84,7 +85,9 @@ class Backoff:
 
     def _peek(self, state: FileState, target: str, st: os.stat_result) -> bytes | None:
         """The header of a file that was not ready, read through a descriptor kept while it
-        stays so (None when it cannot be opened)."""
+        stays so (None when it cannot be opened, or the name no longer leads to the inode
+        the loader found): opened as the loader opens it (:func:`~.opener.open_regular`),
+        so a symlink or FIFO swapped in for it is never followed nor opened."""
         inode = (st.st_dev, st.st_ino)
         if state.peek >= 0 and state.peek_inode != inode:
             self.unpeek(state)
@@ -92,11 +95,14 @@ class Backoff:
             if self._peeks >= self._max_peeks:
                 return None
             try:
-                state.peek = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                fd, opened = open_regular(target)
             except OSError:
                 return None
+            if (opened.st_dev, opened.st_ino) != inode:  # another file by now: not kept
+                os.close(fd)
+                return None
+            state.peek, state.peek_inode = fd, inode
             self._peeks += 1
-            state.peek_inode = inode
         return _read_head(state.peek)
 
     def unpeek(self, state: FileState) -> None:
@@ -125,6 +131,6 @@ def _waits(path: str, head: bytes) -> bool:
 def _read_head(fd: int) -> bytes | None:
     """A file's first HEADER_SIZE bytes (fewer when it is shorter); None when unreadable."""
     try:
-        return os.pread(fd, layout.HEADER_SIZE, 0)
+        return read_head(fd, layout.HEADER_SIZE)
     except OSError:
         return None

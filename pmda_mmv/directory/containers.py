@@ -5,10 +5,12 @@ A container is a mount namespace other than the agent's.  At most every
 request) the agent reads ``/proc/<pid>/ns/mnt`` of every process; for each mount namespace
 not seen before it opens ``/proc/<pid>/root`` and, from that directory, the container's
 ``$PCP_TMP_DIR/mmv`` (its ``/etc/pcp.conf`` says where, else ``/var/lib/pcp/tmp``), one
-component at a time with ``O_NOFOLLOW | O_DIRECTORY``: a symlink anywhere on the way is
-refused, so the path never leaves the container's root.  The descriptor of that directory
+component at a time with ``O_NOFOLLOW | O_DIRECTORY`` (:func:`~.opener.open_dir`): a
+symlink anywhere on the way is refused, so the path never leaves the container's root.
+pcp.conf is opened as every file a user controls is (:func:`~.opener.open_beneath`): a
+FIFO or device there is never opened.  The descriptor of that directory
 is kept; its files are read through ``/proc/self/fd/<fd>/<name>`` (one component below it,
-opened ``O_NOFOLLOW``), and a symlink in it is never followed (:func:`~.policy.resolve`
+:func:`~.opener.open_regular`), and a symlink in it is never followed (:func:`~.policy.resolve`
 with ``follow=False``): nothing of the host is reachable through a container's directory.
 A directory that is the agent's own, or the one the agent's namespace has at the same path
 (a bind mount, a service's private ``/tmp``), is not a container's.
@@ -33,13 +35,13 @@ from __future__ import annotations
 import errno
 import os
 import select
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from pmda_mmv.directory.filestate import Changes, FileState, ignore_reason
 from pmda_mmv.directory.procfs import cgroup_of, container_of
+from pmda_mmv.mmvfile.opener import open_beneath, open_dir, read_head
 
 SCOPE: Final = "containers"
 """The subtree of the namespace (``mmv.containers``) and the head of the scanner's names."""
@@ -51,7 +53,7 @@ two costs one epoll_wait (the pidfds) and nothing per container."""
 DEFAULT_TMP: Final = "/var/lib/pcp/tmp"
 PCP_CONF: Final = "/etc/pcp.conf"
 MAX_CONF: Final = 1 << 16  # bytes of a container's pcp.conf read, at most
-_DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ROOT: Final = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class HostEntries(Protocol):
@@ -72,36 +74,16 @@ class Host(Protocol):
     def enqueue(self, names: Iterable[str]) -> Changes: ...
 
 
-def open_beneath(root: int, path: str, flags: int = _DIR) -> int:
-    """Open the absolute ``path`` below the directory descriptor ``root`` one component at
-    a time, never following a symlink (ELOOP or ENOTDIR) nor a ``..`` (EPERM); the last
-    component with ``flags``."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise OSError(errno.EPERM, f"'..' in {path}")
-    fd = os.dup(root)
-    try:
-        for i, part in enumerate(parts):
-            nxt = os.open(part, flags if i == len(parts) - 1 else _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def tmp_dir(root: int) -> str:
-    """The container's PCP_TMP_DIR: its pcp.conf's, when it names an absolute path (no
-    variable), else PCP's default."""
+    """The container's PCP_TMP_DIR: its pcp.conf's (a regular file below ``root``, opened
+    by :func:`~.opener.open_beneath`, MAX_CONF bytes read at most), when it names an
+    absolute path (no variable), else PCP's default."""
     try:
-        fd = open_beneath(root, PCP_CONF, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, _ = open_beneath(root, PCP_CONF)
     except OSError:
         return DEFAULT_TMP
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return DEFAULT_TMP
-        text = os.read(fd, MAX_CONF).decode("utf-8", "replace")
+        text = read_head(fd, MAX_CONF).decode("utf-8", "replace")
     except OSError:
         return DEFAULT_TMP
     finally:
@@ -250,12 +232,12 @@ class Containers:
 
     def _mmv_dir(self, pid: int, ns: int) -> int:
         """The descriptor of the container's MMV directory, opened beneath its root."""
-        root = os.open(f"{self.proc}/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = os.open(f"{self.proc}/{pid}/root", _ROOT)
         try:
             if os.stat(f"{self.proc}/{pid}/ns/mnt").st_ino != ns:  # the PID was reused
                 raise OSError(errno.ESRCH, "process gone")
             path = os.path.join(tmp_dir(root), self.subdir)
-            fd = open_beneath(root, path)
+            fd = open_dir(root, path)
         finally:
             os.close(root)
         st = os.fstat(fd)

@@ -27,7 +27,15 @@ entries, :func:`ignore_reason`, have no state: only ``pmda-mmv check`` lists the
 STATES: Final = (OK, PARTIAL, PENDING, NOT_READY, REFUSED, EXITED, NO_WRITER)
 """Every state ``mmv.control.file.state`` reports (its help text names them in this order);
 ``pmda-mmv check`` reports each but ``pending`` (it scans without a request budget), and
-``ignored``."""
+``ignored``.  A state's position is its code (:func:`state_code`): a new state goes last."""
+
+
+def state_code(state: str) -> int:
+    """The number of ``state`` (its position in :data:`STATES`), as
+    ``mmv.control.file.state_code`` and the instance ids of ``mmv.control.files_by_state``
+    report it: 0 is ``ok``."""
+    return STATES.index(state)
+
 
 UNSEEN: Final = (-1,)
 """Stat key of an entry not looked at yet (or to be looked at again)."""
@@ -71,7 +79,7 @@ class FileState:
 
     name: str
     instance: int
-    state: str = ""
+    state: str = PENDING  # found, not looked at yet in this pass
     problems: list[Problem] = field(default_factory=list)
     entry: FileEntry | None = None
     key: tuple[int, ...] | None = (-1,)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
+from pmda_mmv.mmvfile.opener import kind
+
 
 class Skip(Exception):
     """A directory entry that is not read; ``key`` identifies it until it changes."""
@@ -49,18 +51,3 @@ def resolve(
 def key(st: os.stat_result) -> tuple[int, ...]:
     """What identifies a skipped entry until it changes."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid)
-
-
-def kind(mode: int) -> str:
-    """The file type of ``mode``, in words."""
-    for test, name in (
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISLNK, "symlink"),
-    ):
-        if test(mode):
-            return name
-    return "special file"

@@ -4,6 +4,7 @@
 PCP imports), :mod:`.errors` (typed errors carrying path, field, offset and limit),
 :mod:`.entries` (the parsed entries), :mod:`.rules` (name and label rules,
 :func:`~.rules.printable`), :mod:`.parse` (the pure parse, one module per on-disk concept),
-:mod:`.decode` (value snapshots and decoders) and :mod:`.reader` (one open file:
-``pread`` I/O).  Imports nothing of the layers above.
+:mod:`.decode` (value snapshots and decoders), :mod:`.opener` (the one way a path a local
+user controls is opened) and :mod:`.reader` (one open file: ``pread`` I/O).  Imports
+nothing of the layers above.
 """

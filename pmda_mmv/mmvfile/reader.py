@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import time
 from collections.abc import Iterable, Iterator
 from typing import Final
@@ -26,6 +25,7 @@ from pmda_mmv.mmvfile import decode, layout
 from pmda_mmv.mmvfile.decode import MISSING, Decoder, Snapshot
 from pmda_mmv.mmvfile.entries import Instance, Label, Metric
 from pmda_mmv.mmvfile.errors import Changed, NotReady, Refused
+from pmda_mmv.mmvfile.opener import NotRegular, open_regular
 from pmda_mmv.mmvfile.parse import parse
 from pmda_mmv.mmvfile.parse.header import read_header
 
@@ -85,16 +85,18 @@ class MmvFile:
         Raises :class:`NotReady` (generation 0 or in flux, or no descriptor free to open
         it), :class:`Refused` (not a regular file, unreadable, too small or large, bad
         magic, version, TOC or cluster) or :class:`Changed` (the file changed while it was
-        read).  Never blocks on a FIFO.
+        read).  Opened by :func:`~.opener.open_regular`: never blocks on a FIFO, never
+        opens a device or follows a symlink in its last component.
         """
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd, st = open_regular(path)
+        except NotRegular as e:
+            raise Refused(path, "file", -1, str(e.strerror)) from None
         except OSError as e:
             if e.errno in OUT_OF_DESCRIPTORS:  # the reader's condition, not the file's
                 raise NotReady(path, "file", -1, f"cannot open: {e.strerror}") from None
             raise Refused(path, "file", -1, f"cannot open: {e.strerror}") from None
         try:
-            st = os.fstat(fd)
             _check_stat(path, st, max_size)
             read_header(path, _pread_exact(path, fd, layout.HEADER_SIZE, 0), st.st_size)
             data = _pread_exact(path, fd, st.st_size, 0)
@@ -250,8 +252,6 @@ def _cstring(raw: bytes) -> str | None:
 
 
 def _check_stat(path: str, st: os.stat_result, max_size: int) -> None:
-    if not stat.S_ISREG(st.st_mode):
-        raise Refused(path, "file", -1, "not a regular file")
     if st.st_size == 0:  # libpcp_mmv creates the file, then sizes it: retry it
         raise NotReady(path, "file.size", 0, "size 0, not written yet")
     if st.st_size < layout.HEADER_SIZE:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Label
+from pmda_mmv.mmvfile.entries import Label, Metric
 
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
@@ -33,6 +33,16 @@ def name_problem(name: str) -> str | None:
         if not part:
             return "empty name component"
     return None
+
+
+def first_named(metrics: Iterable[Metric]) -> dict[str, Metric]:
+    """The first metric entry (in file order) of each name among ``metrics``: a file's
+    later entry with the same name, spilled or not, is not served (the catalogue refuses it,
+    naming both offsets)."""
+    first: dict[str, Metric] = {}
+    for m in metrics:
+        first.setdefault(m.name, m)
+    return first
 
 
 def _no_constants(token: str) -> object:

@@ -15,7 +15,8 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 * Names are ``<prefix>.<file>.<metric>``, or ``<prefix>.<metric>`` for NOPREFIX files.  A name
   that is already served, that is a leaf where another is a non-leaf (``a.b`` and ``a.b.c``),
   or that falls under a reserved subtree (``mmv.control``) is refused; files already served win,
-  then files of one scan in name order.
+  then files of one scan in name order.  A name a file defines twice is served once, from
+  its first entry, spilled or not (:func:`~.rules.first_named`): the later one is refused.
 * PCP indom serials (22 bits) are chosen as :mod:`~.indomserial` says; files sharing a
   cluster share its indoms.
 * Spill clusters (docs/spill.md): a metric the C agent would drop for its item (past 1023,
@@ -38,7 +39,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.entries import Instance
 from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.mmvfile.rules import merge_labels, name_problem, printable
+from pmda_mmv.mmvfile.rules import first_named, merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill
 from pmda_mmv.namespace.clusters import Clusters
 from pmda_mmv.namespace.indomserial import indom_serial, used_indoms
@@ -132,8 +133,9 @@ class Catalogue:
         if self.owners[cluster][0] != mf.uid or cluster in self.spill_owner:
             return False
         stem = self._stem(mf)
+        first = first_named(mf.metrics)
         for metric in mf.metrics:
-            if metric.spill:  # never shared: the first file's, a later one's is refused
+            if metric.spill or first[metric.name] is not metric:  # not shared (see _add_metrics)
                 continue
             name = f"{stem}.{metric.name}"
             served = self.sources.get((cluster, metric.item))
@@ -272,9 +274,8 @@ class Catalogue:
         remembered one, else a new one; sets :attr:`FileEntry.spills` (every remembered
         name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
         mf = entry.mf
-        wanted = sorted({m.name for m in mf.metrics if m.spill})
-        record = self.registry.get((mf.name, mf.uid))
-        known = dict(record.spills) if record is not None else {}
+        wanted = sorted(name for name, m in first_named(mf.metrics).items() if m.spill)
+        known = self.registry.spills((mf.name, mf.uid), wanted)
         if not wanted and not known:
             return
         mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
@@ -344,17 +345,21 @@ class Catalogue:
     def _add_metrics(self, entry: FileEntry) -> None:
         mf = entry.mf
         stem = self._stem(mf)
+        first = first_named(mf.metrics)
         for metric in mf.metrics:
             name = f"{stem}.{metric.name}"
+            earlier = first[metric.name].offset  # spilled or not, the first entry wins
             cluster, item = entry.cluster, metric.item
-            if metric.spill:
+            if metric.spill and earlier == metric.offset:
                 pmid = entry.spills.get(metric.name)
                 if pmid is None:
                     continue  # refused in _spill
                 cluster, item = pmid
             shared = self.sources.get((cluster, item))
-            if shared and not same_metric(shared[0], name, metric):
-                why: str | None = f"item {metric.item} is {shared[0].name} in this cluster"
+            if earlier != metric.offset:
+                why: str | None = f"{name} is already the name of the metric at offset {earlier}"
+            elif shared and not same_metric(shared[0], name, metric):
+                why = f"item {metric.item} is {shared[0].name} in this cluster"
             else:
                 why = None if shared else self.name_conflict(name, scope=mf.name.rpartition("/")[0])
             if why:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.registry import Registry, describe
-from pmda_mmv.namespace.registryfile import Key
+from pmda_mmv.namespace.registry import Registry
+from pmda_mmv.namespace.registryfile import Key, describe
 from pmda_mmv.namespace.served import Log
 
 
@@ -174,7 +174,7 @@ class Clusters:
             f"identity registry: every cluster is served or remembered: cluster {cluster} "
             f"of {', '.join(describe(k) for k in gone)} (departed longest) is given again"
         )
-        registry.note_eviction(line)
+        registry.evictions = [*registry.evictions[-9:], line]
         self.log(line)
         held = ", ".join(describe(k) for k in gone)
         self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"

@@ -14,7 +14,8 @@ their own names too: that is the per-member breakdown.  Rules (docs/families.md)
   one naming another metric at an item of the family's, is left out, with the reason.
 * **Counters** are the sum over the live members plus what departed members had counted
   when they left (read from the departing file's last values; kept in the identity
-  registry under ``("family:NAME", owner)``, so an agent restart loses nothing).  A member
+  registry under the family's key, ``(NAME, owner, "family")``, so an agent restart loses
+  nothing).  A member
   restarted under its file name with a new generation is a departed member plus a new one;
   one that comes back with the same generation (a reload) is not counted twice.
 * **Instant and discrete** metrics: ``:mode=sum`` (default), ``min``, ``max`` or
@@ -40,7 +41,7 @@ from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
-from pmda_mmv.namespace.registryfile import Key
+from pmda_mmv.namespace.registryfile import FAMILY, Key
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PM_SEM_COUNTER: Final = 1
@@ -50,9 +51,6 @@ PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE
 RECENT: Final = 1024
 """Departed members whose credited counts are kept, to be taken back when the same
 file (name and generation) is served again (a reload, not a restart)."""
-PREFIX: Final = "family:"
-"""Registry keys of families: ``("family:NAME", owner uid)``; no file name has a colon
-that the catalogue serves under its own name with a prefix, and the uid tells owners apart."""
 
 Log = Callable[[str], None]
 Counts = dict[str, dict[int, float]]
@@ -85,7 +83,7 @@ class Family:
 
     @property
     def key(self) -> Key:
-        return (PREFIX + self.spec.name, -1 if self.owner is None else self.owner)
+        return (self.spec.name, -1 if self.owner is None else self.owner, FAMILY)
 
     def mode(self, sm: ServedMetric) -> str:
         """How ``sm`` (a family metric) is aggregated."""
@@ -120,7 +118,7 @@ class Families:
 
     def _remembered(self, name: str) -> int | None:
         """The owner the registry remembers family ``name`` for (its newest record)."""
-        owners = [uid for n, uid in self.catalogue.registry.records if n == PREFIX + name]
+        owners = [k[1] for k in self.catalogue.registry.records if k == (name, k[1], FAMILY)]
         return owners[-1] if owners and owners[-1] >= 0 else None
 
     def take(self) -> tuple[set[tuple[int, int]], set[int]]:

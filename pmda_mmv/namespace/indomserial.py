@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Collection, Iterable
 
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.numbering import c_indom, choose_indom, packs
+from pmda_mmv.namespace.numbering import AGENT_SERIALS, c_indom, choose_indom, packs
 from pmda_mmv.namespace.registry import Registry
 
 DEPARTED_LOOKS = 16
@@ -51,21 +51,26 @@ def indom_serial(
     """The PCP serial for indom ``serial`` of ``file`` (its name and owner uid) served in
     ``cluster`` (``at``: the two), when no file sharing the cluster serves it already;
     ``served``: the PCP serials served now.  A number another remembered name holds is not
-    given; None when no number at all is free."""
+    given, nor one of the agent's own (:data:`~.numbering.AGENT_SERIALS`); None when no
+    number at all is free."""
     (name, uid), (cluster, serial) = file, at
+
+    def taken(number: int) -> bool:
+        return number in served or number in AGENT_SERIALS
+
     record = registry.get(file)
     own = record.indoms.get(serial) if record is not None else None
-    if own is not None and own not in served:
+    if own is not None and not taken(own):
         return own  # its own number (only files it shares a cluster with hold it too)
     # rejoining the departed files of its cluster (a few looked at: they agree)
     for other in itertools.islice(registry.clusters.get(cluster, ()), DEPARTED_LOOKS):
         r = registry.get(other)
         number = r.indoms.get(serial) if r and r.cluster == cluster else None
-        if other[1] == uid and number is not None and number not in served:
+        if other[1] == uid and number is not None and not taken(number):
             return number
 
     def used(number: int) -> bool:
-        return number in served or registry.serial_held(number, file)
+        return taken(number) or registry.serial_held(number, file)
 
     return choose_indom(name, cluster, serial, None, _Used(used), wanted, registry.secret)
 

@@ -21,6 +21,9 @@ from pmda_mmv.mmvfile import layout
 
 INDOM_MASK: Final = layout.MAX_SERIAL
 """PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
+AGENT_SERIALS: Final = frozenset({0, 1})
+"""The PCP indom serials the agent serves its own indoms under (the status indom and the
+states indom, :mod:`pmda_mmv.agent.control`): never a file's."""
 PROBES: Final = 4096
 """Numbers tried after a derived indom serial before the search goes on over every number."""
 

@@ -1,53 +1,60 @@
 """The identity registry: every number the agent gave a file, kept across restarts, without PCP.
 
-A file's identity is its name and its owner (uid): :data:`Key`.  For each key the registry
-keeps the cluster the file was served under, the header cluster it asked for, whether it is
-a NOPREFIX file, the PCP indom serial of each of its indoms (``{file serial: PCP
-serial}``), and the PMID of each metric it ever had served under a spill cluster
-(``{metric name: (cluster, item)}``, oldest first; docs/spill.md).  Keys are kept in
-last-seen order (a key moves to the end when it is served and when it departs); served keys
-are *present*, the others *departed*.
+A file's identity is its name and owner (uid), a family's its name, owner and kind:
+:data:`~.registryfile.Key`.  Each key's :class:`~.registryfile.Record`: cluster, header
+cluster asked for, NOPREFIX, indom serials (``{file serial: PCP serial}``), spilled metric
+PMIDs (docs/spill.md).  Keys are kept in last-seen order (moved to the end when served
+and when departed); served keys are *present*, the others *departed*.
 
 Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
 
 * A number held by a key (present or departed) is never given to another key while
   never-held numbers remain; a returning key gets its own numbers back.
-* Beyond ``cap`` remembered keys the longest-departed are forgotten (their numbers free
-  again); when every cluster is served or held, the longest-departed holder of a cluster
-  that is not served is evicted (:meth:`Registry.evict_cluster`), the documented last resort.
-  Both take first the names of the owner who holds the most (:meth:`_forgettable`): one
-  user cycling names cannot push another user's numbers out.
-* Persistence: one JSON file (versioned, one record a line), written atomically (temporary
-  file in the same directory, fsync, rename, fsync of the directory) by :meth:`save`, which
-  the agent calls before it serves a new number.  A missing file is an empty registry; an
-  unreadable, truncated, hand-edited or wrong-version file is logged once and rebuilt; a
-  save that fails is logged once (per cause) and the agent goes on serving from memory.
+* Bounded in names and bytes: past ``cap`` keys or ``cap`` * BYTES_PER_NAME bytes,
+  departed keys are forgotten (numbers free again), each time the longest departed of the
+  owner who has departed the most (:meth:`Registry._trim`): a user cycling names forgets
+  its own, never another's.  Served keys are never forgotten; a spilled metric name costs
+  a bounded amount (:func:`~.registryfile.spill_key`).  When every cluster is held, the
+  last resort frees a departed holder's (:meth:`Registry.evict_cluster`).
+* Persistence (:mod:`~.registryfile`, :mod:`~.registryjournal`): :meth:`save`, called
+  before a new number is served, appends what changed to the journal (fsynced), and
+  writes the file whole only when the journal has grown past the registry: a save costs
+  what changed.  A missing file is an empty registry; an unusable one is logged once and
+  rebuilt; one past the read limit loads its newest records; a save that fails is logged
+  once (per cause) and the agent goes on serving from memory.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from pmda_mmv.namespace import registryjournal
 from pmda_mmv.namespace.registryfile import (
-    VERSION,
+    MAX_BYTES,
     Key,
     Record,
-    parse,
-    read,
-    record_line,
-    write_atomically,
+    add_holder,
+    describe,
+    drop_holder,
+    record_body,
+    spill_key,
 )
+from pmda_mmv.namespace.registryjournal import changes_text, document
 from pmda_mmv.namespace.secret import read_secret, write_secret
 
 CAP: Final = 10_000
 """Remembered keys (present and departed) before the longest-departed are forgotten."""
+BYTES_PER_NAME: Final = 400
+"""An owner's records are bounded at ``cap`` times this many bytes (4 MB at the default
+cap: 10,000 names take 1.5 MB; a file with 4,096 spilled names of any length 200 kB)."""
+OWNERS: Final = 8
+"""Owners' quotas the registry keeps in all before one owner's departed names go for
+another's (the owner who has departed the most first)."""
 SUFFIX: Final = ".mmv-identity.json"
-NONE: Final = ("", "none")
-"""``--registry`` values for a registry in memory only."""
+NONE: Final = ("", "none")  # the --registry values of a registry in memory only
 
 Log = Callable[[str], None]
 
@@ -55,12 +62,6 @@ Log = Callable[[str], None]
 def default_path(var_dir: str, domain: int) -> str:
     """``$PCP_VAR_DIR/config/pmda/<domain>.mmv-identity.json``."""
     return os.path.join(var_dir, "config", "pmda", f"{domain}{SUFFIX}")
-
-
-def describe(key: Key) -> str:
-    """A key as a log line shows it: the name, and the owner when it is not root's."""
-    name, uid = key
-    return name if uid == 0 else f"{name} (uid {uid})"
 
 
 class Registry:
@@ -76,13 +77,14 @@ class Registry:
     ) -> None:
         self.path = path
         self.cap = max(cap, 1)
+        self.byte_cap = self.cap * BYTES_PER_NAME
+        self._keep = self.cap + self.cap // 8  # names read, and kept before trimming
         self.log: Log = log or (lambda line: None)
         self.readonly = readonly
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
         self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
-        # cluster -> keys holding it; PCP indom serial -> keys holding it (tuples: most
-        # numbers have one holder, and a set cost 216 bytes a number, a tuple 48)
+        # cluster, PCP indom serial -> keys holding it (tuples: 48 bytes, a set's 216)
         self.clusters: dict[int, tuple[Key, ...]] = {}
         self.serials: dict[int, tuple[Key, ...]] = {}
         self.dirty = False
@@ -91,14 +93,27 @@ class Registry:
         self.problem = ""  # the last load or save problem ("" when none)
         self.saves = 0
         self.released = 0  # clusters no key holds any more (the catalogue's search restarts)
-        self._lines: dict[Key, str] = {}  # each record's JSON line, until it changes
-        self._capped = False  # the cap was reached (logged once)
+        self.bytes = 0  # of every record's line in the file
+        self._lines: dict[Key, str] = {}  # each record's JSON (record_body), until it changes
+        self._gone: dict[int, dict[Key, int]] = {}  # owner -> its departed keys, in order
+        self._seq = 0  # (each numbered as it departed)
+        self._gone_bytes: Counter[int] = Counter()  # owner -> its departed keys' bytes
+        self._owned: Counter[int] = Counter()  # owner -> its keys
+        self._owned_bytes: Counter[int] = Counter()  # owner -> its keys' bytes
+        self._changed: dict[Key, None] = {}  # since the last save (the journal's lines)
+        self._journal = registryjournal.Journal(path or "")
+        self._capped: set[tuple[str, int]] = set()  # the caps reached (each logged once)
         self.secret, self._secret_saved = read_secret(None)  # random: saved with the registry
 
     # -- queries
 
     def get(self, key: Key) -> Record | None:
         return self.records.get(key)
+
+    def spills(self, key: Key, wanted: list[str]) -> dict[str, tuple[int, int]]:
+        """``key``'s spilled metric PMIDs, by name for those ``wanted`` (others as kept)."""
+        names, record = {spill_key(n): n for n in wanted}, self.records.get(key)
+        return {names.get(k, k): ci for k, ci in (record.spills if record else {}).items()}
 
     def holders(self, cluster: int, key: Key | None = None) -> list[Key]:
         """The keys other than ``key`` holding ``cluster``, longest-seen first."""
@@ -139,19 +154,16 @@ class Registry:
         """``key`` is served with these numbers (now present, newest); ``note``: why it is
         not served where it asked (kept: ``check`` shows it after the holder is gone)."""
         old = self.records.get(key)
-        new = Record(cluster, asked, noprefix, dict(indoms), note, dict(spills or {}))
+        kept = {spill_key(n): ci for n, ci in (spills or {}).items()}
+        new = Record(cluster, asked, noprefix, dict(indoms), note, kept)
         if old is not None:
             new.totals = old.totals  # a family's departed counts stay (credit() changes them)
             self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
-            del self.records[key]
-        self.records[key] = new
-        self._lines.pop(key, None)
+        self._put(key, new, old != new, present=True)
         self._link(key, new)
-        self.present.add(key)
-        self.departed.pop(key, None)
         if old != new:  # new numbers: on disk before they are served (a file reloaded or
             self.dirty = True  # back with its own numbers costs no save)
-        self._trim()
+        self._trim(key[1])
 
     def credit(self, key: Key, totals: dict[str, dict[int, float]]) -> None:
         """``key`` (a family's) has departed members' counts ``totals`` now: saved with
@@ -159,30 +171,60 @@ class Registry:
         record = self.records.get(key)
         if record is not None:
             record.totals = totals
-            self._lines.pop(key, None)
+            self._put(key, record, True, present=key in self.present)
             self.dirty = True
 
     def depart(self, key: Key) -> None:
         """``key`` is no longer served: its numbers stay its own (departed, newest)."""
         if key not in self.present:
             return
-        self.present.discard(key)
-        self._lines.pop(key, None)
-        record = self.records.pop(key, None)
-        if record is not None:
-            self.records[key] = record  # saved with the next change (the order only
-            self.departed[key] = None  # decides which departed name is forgotten first)
-        self._trim()
+        record = self.records.get(key)
+        if record is not None:  # saved with the next change (the order only decides
+            self._put(key, record, False, present=False)  # which departed name goes first)
+        self._trim(key[1])
 
     def forget(self, key: Key) -> Record | None:
-        record = self.records.pop(key, None)
-        self._lines.pop(key, None)
-        self.departed.pop(key, None)
+        record = self._pop(key)
         if record is not None:
             self._unlink(key, record)
-            self.present.discard(key)
+            self._changed[key] = None
             self.dirty = True
             self.evicted += 1
+        return record
+
+    def _put(self, key: Key, record: Record, changed: bool, present: bool) -> None:
+        """``key`` holds ``record`` (its JSON encoded anew when ``changed``), newest."""
+        body = None if changed else self._lines.get(key) or record.body
+        record.body = ""
+        self._pop(key)
+        self.records[key] = record
+        self._lines[key] = body = body or record_body(key, record)
+        self.bytes += _size(body)
+        self._owned[key[1]] += 1
+        self._owned_bytes[key[1]] += _size(body)
+        self._changed[key] = None
+        if present:
+            self.present.add(key)
+        else:
+            self.departed[key] = None
+            self._seq += 1
+            self._gone.setdefault(key[1], {})[key] = self._seq
+            self._gone_bytes[key[1]] += _size(body)
+
+    def _pop(self, key: Key) -> Record | None:
+        record = self.records.pop(key, None)
+        body = self._lines.pop(key, None)
+        if body:
+            self.bytes -= _size(body)
+            self._owned[key[1]] -= 1
+            self._owned_bytes[key[1]] -= _size(body)
+        self.present.discard(key)
+        if self.departed.pop(key, 0) is None and body:
+            self._gone_bytes[key[1]] -= _size(body)
+            gone = self._gone[key[1]]
+            del gone[key]
+            if not gone:
+                del self._gone[key[1]], self._gone_bytes[key[1]]
         return record
 
     def evict_cluster(self, usable: Callable[[int], bool]) -> tuple[int, list[Key]] | None:
@@ -201,95 +243,130 @@ class Registry:
         return None
 
     def _forgettable(self) -> Iterator[Key]:
-        """The departed keys in the order they are forgotten: those of the owner who holds
-        the most names first, each owner's longest departed first (ties: the owner of the
-        longest departed first).  So a user who cycles names (a file per PID, or hostile)
-        forgets its own names, never another user's departed ones."""
-        counts = Counter(uid for _, uid in self.records)
-        by_uid: dict[int, list[Key]] = {}
-        for key in self.departed:
-            by_uid.setdefault(key[1], []).append(key)
-        for uid in sorted(by_uid, key=lambda u: -counts[u]):
-            yield from by_uid[uid]
+        """The departed keys in the order the pool's last resort forgets them: those of the
+        owner who has departed the most names first, each owner's longest departed first
+        (ties: the owner of the longest departed first)."""
+        for uid in sorted(self._gone, key=lambda u: (-len(self._gone[u]), self._oldest(u))):
+            yield from list(self._gone[uid])
 
-    def note_eviction(self, line: str) -> None:
-        self.evictions = [*self.evictions[-9:], line]
+    def _oldest(self, uid: int) -> int:  # when owner uid's longest departed key departed
+        return next(iter(self._gone[uid].values()))
 
     def _link(self, key: Key, record: Record) -> None:
         for cluster in record.all_clusters():
-            _add(self.clusters, cluster, key)
+            add_holder(self.clusters, cluster, key)
         for serial in record.indoms.values():
-            _add(self.serials, serial, key)
+            add_holder(self.serials, serial, key)
 
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
         for cluster in record.all_clusters():  # its own and its spill clusters
-            if _drop(self.clusters, cluster, key) and release:
+            if drop_holder(self.clusters, cluster, key) and release:
                 self.released += 1
         for serial in record.indoms.values():
-            _drop(self.serials, serial, key)
+            drop_holder(self.serials, serial, key)
 
-    def _trim(self) -> None:
-        """Beyond cap (+1/8, so that trimming is rare), the longest-departed go, down to cap."""
-        if len(self.records) <= self.cap + self.cap // 8:
-            return
-        excess = len(self.records) - self.cap
-        departed = list(itertools.islice(self._forgettable(), excess))
-        for key in departed:
+    def _trim(self, uid: int) -> None:
+        """Owner ``uid``'s quota: past ``cap`` names or ``byte_cap`` bytes of its own (+1/8,
+        so that trimming is rare) its longest departed go, down to the quota; only past
+        OWNERS quotas of departed keys in all, those of the owner who has departed the most."""
+        if self._owned[uid] > self._keep:
+            self._forget_of("names", self.cap, lambda: self._owned[uid], lambda: uid)
+        if self._owned_bytes[uid] > self.byte_cap * 9 // 8:
+            self._forget_of("bytes", self.byte_cap, lambda: self._owned_bytes[uid], lambda: uid)
+        if len(self.departed) > OWNERS * self._keep:
+            self._forget_of("names", OWNERS * self.cap, lambda: len(self.departed), self._most)
+        if self._gone_bytes.total() > OWNERS * self.byte_cap * 9 // 8:
+            gone = self._gone_bytes.total
+            self._forget_of("bytes", OWNERS * self.byte_cap, gone, self._most)
+
+    def _most(self) -> int:
+        """The owner who has departed the most bytes (ties: the longest departed)."""
+        return max(self._gone, key=lambda u: (self._gone_bytes[u], -self._oldest(u)), default=-2)
+
+    def _forget_of(
+        self, what: str, limit: int, held: Callable[[], int], owner: Callable[[], int]
+    ) -> None:
+        """Forget the longest departed of ``owner()`` while ``held()`` exceeds ``limit``."""
+        first = None
+        while held() > limit and (uid := owner()) in self._gone:
+            key = next(iter(self._gone[uid]))
+            first = first or key
             self.forget(key)
-        if departed and not self._capped:  # once: a directory of PID-named files does it
-            self._capped = True  # every few hundred names, for ever
+        if first is not None and (what, limit) not in self._capped:  # once: a directory of
+            self._capped.add((what, limit))  # PID-named files does it every few hundred names
             self.log(
-                f"identity registry: more than {self.cap} names remembered (--registry-cap): "
-                f"the longest departed are forgotten from now on, from {describe(departed[0])}"
+                f"identity registry: more than {limit} {what} remembered (--registry-cap): "
+                f"the longest departed are forgotten from now on, from {describe(first)}"
             )
 
     # -- persistence
 
     def load(self) -> None:
-        """Read :attr:`path` (nothing when None or missing); a file that cannot be used is
-        logged once and the registry starts empty (it is rewritten at the next save)."""
+        """Read :attr:`path` and its journal (nothing when None or missing); a file that
+        cannot be used is logged once and the registry starts empty (it is rewritten at
+        the next save); one past the read limit loads its newest records."""
         if self.path is None:
             return
         self.secret, self._secret_saved = read_secret(f"{self.path}.key")
         try:
-            text = read(self.path)
+            changes, size, big, epoch = registryjournal.load(self.path, self._keep)
         except FileNotFoundError:
             return
         except OSError as e:
             self._problem(f"cannot read: {e.strerror}; starting empty")
             return
-        try:
-            records = parse(text, self.cap + self.cap // 8)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             self._problem(
                 f"not a usable registry ({e}); starting empty, rewritten at the next change"
             )
             self.dirty = True
             return
-        for key, record in records:
-            if key in self.records:
-                continue
-            self.records[key] = record
-            self.departed[key] = None  # until a scan serves it
-            self._link(key, record)
+        if big:
+            self._problem(f"larger than {MAX_BYTES >> 20} MiB: its newest {big} names read")
+        self.dirty = not epoch  # version 1, or too large: rewritten at the next save
+        self._replay(changes)
+        if size and not self.readonly:
+            self._journal.reopen(size)  # a line cut short is cut off
+
+    def _replay(self, changes: list[tuple[Key, Record | None]]) -> None:
+        """The records read (all departed until a scan serves them), then the journal's."""
+        for key, record in changes:
+            old = self._pop(key)
+            if old is not None:
+                self._unlink(key, old)
+            if record is not None:
+                self._put(key, record, not record.body, present=False)
+                self._link(key, record)
+        self._changed.clear()
+        for uid in list(self._owned):
+            self._trim(uid)
+        self._changed.clear()
+        self.evicted = 0
 
     def save(self) -> bool:
-        """Write the registry if it changed (atomically); False when that failed (logged
-        once per cause, the agent goes on from memory)."""
+        """Make every change since the last save durable (its journal's lines appended and
+        fsynced, or the file written whole: see the module docstring); False when that
+        failed (logged once per cause, the agent goes on from memory)."""
         if not self.dirty:
             return True
         self.dirty = False
         if self.path is None or self.readonly:
+            self._changed.clear()
             return True
+        if not self._secret_saved:  # written with the file written whole
+            self._journal.close()
         try:
-            write_atomically(
-                self.path,
-                self.text().encode("utf-8", "surrogateescape"),
-                self._save_secret,  # after the rename, before the directory's fsync
+            self._journal.save(
+                lambda: changes_text(self._changed, self._lines, self.present),
+                lambda epoch: document(self.records, self._lines, self.present, epoch),
+                self.bytes,
+                self._save_secret,
             )
         except OSError as e:
             self._problem(f"cannot save: {e.strerror}; numbers kept in memory only")
             return False
+        finally:
+            self._changed.clear()
         self.saves += 1
         if self.problem:
             self.log(f"{self.path}: identity registry saved again")
@@ -305,14 +382,10 @@ class Registry:
             self._secret_saved = True
 
     def text(self) -> str:
-        """The file's contents: a header line, then one record a line, oldest first (each
-        record's line is kept until it changes: 10,000 names cost ~30 ms to encode anew)."""
-        lines = self._lines
-        for key in self.records.keys() - lines.keys():
-            r = self.records[key]
-            lines[key] = record_line(key, r, key in self.present)
-        body = ",\n".join(lines[key] for key in self.records)
-        return f'{{"version": {VERSION}, "names": [\n{body}\n]}}\n'
+        """The file's contents, as a save that writes it whole writes them."""
+        return document(self.records, self._lines, self.present, "").decode(
+            errors="surrogateescape"
+        )
 
     def _problem(self, why: str) -> None:
         line = f"{self.path}: identity registry: {why}"
@@ -321,20 +394,6 @@ class Registry:
         self.problem = line
 
 
-def _add(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> None:
-    """``key`` holds ``number``."""
-    held = table.get(number, ())
-    if key not in held:
-        table[number] = (*held, key)
-
-
-def _drop(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> bool:
-    """``key`` no longer holds ``number``; True when no key does."""
-    held = table.get(number)
-    if held is not None and key in held:
-        rest = tuple(k for k in held if k != key)
-        if not rest:
-            del table[number]
-            return True
-        table[number] = rest
-    return False
+def _size(body: str) -> int:
+    """A record's bytes in the file: its JSON, whether it is present, the separator."""
+    return len(body) + 20

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from pmda_mmv.agent.control import FILE_STATUS, control_metrics
-from pmda_mmv.directory.filestate import IGNORED, PENDING, STATES
+from pmda_mmv.agent.control import BY_STATE, FILE_STATUS, control_metrics
+from pmda_mmv.directory.filestate import IGNORED, PENDING, STATES, state_code
 from tests.support.pmcd import CHECKOUT
 
 README = (CHECKOUT / "README.md").read_text()
@@ -63,7 +63,7 @@ def test_check_names_its_verdicts_in_its_help() -> None:
 
 def test_the_manpage_names_every_control_metric() -> None:
     metrics = {m.name for m in control_metrics(True, True).values()}
-    metrics |= {s.metric.name for s in FILE_STATUS.values()}
+    metrics |= {s.metric.name for s in FILE_STATUS.values()} | {BY_STATE.name}
     section = MANPAGE.split(".SH METRICS\n", 1)[1].split(".SH ", 1)[0]
     missing = sorted(m for m in metrics if f"mmv.{m}" not in section)
     assert len(metrics) > len(FILE_STATUS) and not missing, missing
@@ -79,4 +79,27 @@ def test_the_readme_names_every_status_metric() -> None:
         if f"`.{s.metric.name.rsplit('.', 1)[1]}`" not in item
         and f"`mmv.{s.metric.name}`" not in item
     ]
+    assert f"`mmv.{BY_STATE.name}`" in item
     assert not missing, missing
+
+
+CODED = re.compile(r"(\d+) ([a-z]+(?:\\?-[a-z]+)*)")
+"""A state's code and name as the docs list them (``4 refused``; roff's ``not\\-ready``)."""
+
+
+def codes_in(text: str) -> dict[str, int]:
+    """The ``code state`` pairs of ``text`` whose name is a state."""
+    pairs = ((name.replace("\\-", "-"), int(code)) for code, name in CODED.findall(text))
+    return {name: code for name, code in pairs if name in STATES}
+
+
+def test_every_list_of_codes_is_the_states_order() -> None:
+    """The codes of ``mmv.control.file.state_code`` in its help text, docs/watching.md's
+    table and the man page are each state's position in STATES, every state listed."""
+    wanted = {state: state_code(state) for state in STATES}
+    help_text = FILE_STATUS[19].metric.helptext
+    watching = (CHECKOUT / "docs" / "watching.md").read_text()
+    readme_row = after(watching, "| `mmv.control.file.state_code` |", 400).split("\n")[0]
+    manpage = after(MANPAGE, ".B mmv.control.file.state_code\n", 400)
+    for where, text in (("help", help_text), ("watching", readme_row), ("man", manpage)):
+        assert codes_in(text) == wanted, where

@@ -32,7 +32,13 @@ def setup_calls(path: str) -> list[list[str]]:
 def test_demo_installs_no_test_only_package() -> None:
     runtime, test_only = setup_words("PACKAGES"), setup_words("TEST_PACKAGES")
     assert {"pcp", "python3-pcp", "python3-watchdog", "python3-psutil"} <= set(runtime)
-    assert {"pcp-testsuite", "redis-server", "libpcp-mmv-perl", "libpcp-mmv1-dev"} == set(test_only)
+    assert {
+        "pcp-testsuite",
+        "redis-server",
+        "libpcp-mmv-perl",
+        "libpcp-mmv1-dev",
+        "prometheus",
+    } == set(test_only)
     assert not set(runtime) & set(test_only)
     (demo,) = setup_calls("scripts/demo")
     assert "--test" not in demo

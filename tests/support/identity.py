@@ -5,13 +5,18 @@ their metrics' numbers (PMID, InDom, instances)."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
 from tests.support.pmcd import PrivatePmcd
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
 
 PYTHON = "/usr/bin/python3"  # python3-pcp's interpreter
 WRITER = """
@@ -93,3 +98,20 @@ def identities(pmcd: PrivatePmcd, *names: str) -> dict[str, tuple[str, str, list
         got[lines[0]][2].extend(re.findall(r"inst \[(\d+ or \"\w+\")\]", block))
     assert set(got) == set(metrics), desc + values
     return got
+
+
+def strangers(builder: MmvBuilder, path: Path) -> None:
+    """``builder``'s file at ``path``, owned by user nobody from its first appearance."""
+    tmp = path.with_name(f".{path.name}.tmp")  # a dot-file: ignored by the agent
+    builder.write(tmp)
+    os.chown(tmp, NOBODY, -1)
+    os.rename(tmp, path)
+
+
+def stranger_claiming(cluster: int) -> MmvBuilder:
+    """A file of the victim's shape (the :data:`WRITER`'s) asking for ``cluster``."""
+    b = MmvBuilder(cluster=cluster, version=2)
+    b.indoms.append(Indom(5, [Instance(3, "three"), Instance(9, "nine")]))
+    b.metrics += [Metric("requests", 1), Metric("busy", 2, indom=5)]
+    b.values += [Value("requests", None, 666), Value("busy", 3, 667), Value("busy", 9, 668)]
+    return b

@@ -176,11 +176,12 @@ class Served:
         assert agent_pids(self.pmcd) == [self.pid], self.pmcd.pmcd_log()[-2000:]
 
 
-def serve(request: pytest.FixtureRequest) -> Iterator[Served]:
+def serve(request: pytest.FixtureRequest, *args: str) -> Iterator[Served]:
+    """A :class:`Served` agent (``args``: more of its options), stopped after."""
     require_pcp()
     for base in kept_dir(request, "pmda-mmv-bounded-", "bounded work directory"):
         mmv_dir = make_dir(base / "tmp" / "mmv", 0o1777)
-        agent = our_agent(mmv_dir, "--status-metrics")
+        agent = our_agent(mmv_dir, "--status-metrics", *args)
         pmcd = PrivatePmcd(base / "pmcd", [agent], agent_timeout=None)
         pmcd.start()
         good = mmvbuild.write_pcp_mmv(mmv_dir / "good")

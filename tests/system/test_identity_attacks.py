@@ -12,7 +12,6 @@ user's files (owned by ``nobody``) aimed at a victim served from real ``pcp.mmv`
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import stat
 import time
@@ -23,21 +22,11 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.namespace.numbering import INDOM_MASK, PROBES, derived_indom
-from tests.support.identity import Writers, identities, served
-from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value
+from tests.support.identity import Writers, identities, served, stranger_claiming, strangers
+from tests.support.mmvbuild import Indom, Metric, MmvBuilder
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent
 
 pytestmark = pytest.mark.pmcd
-
-NOBODY = pwd.getpwnam("nobody").pw_uid
-
-
-def strangers(builder: MmvBuilder, path: Path) -> None:
-    """``builder``'s file at ``path``, owned by user nobody from its first appearance."""
-    tmp = path.with_name(f".{path.name}.tmp")  # a dot-file: ignored by the agent
-    builder.write(tmp)
-    os.chown(tmp, NOBODY, -1)
-    os.rename(tmp, path)
 
 
 def indom_of(pmcd: PrivatePmcd, metric: str, timeout: float = 20) -> str:
@@ -95,15 +84,6 @@ def test_another_users_files_cannot_fill_a_victims_indom_search(
     served(pmcd, "victim")
     assert identities(pmcd, "victim")["mmv.victim.busy"][1] == got[1]
     assert "no free PCP indom serial" not in pmcd.agent_log()
-
-
-def stranger_claiming(cluster: int) -> MmvBuilder:
-    """A file of the victim's shape (the test_identity writer's) asking for ``cluster``."""
-    b = MmvBuilder(cluster=cluster, version=2)
-    b.indoms.append(Indom(5, [Instance(3, "three"), Instance(9, "nine")]))
-    b.metrics += [Metric("requests", 1), Metric("busy", 2, indom=5)]
-    b.values += [Value("requests", None, 666), Value("busy", 3, 667), Value("busy", 9, 668)]
-    return b
 
 
 def test_a_strangers_file_in_a_writers_restart_window_gets_none_of_its_numbers(

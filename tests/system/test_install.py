@@ -34,7 +34,7 @@ PMNS = Path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp")) / "pmns" / "root"
 SYSTEM_MMV = Path(pcp_config("PCP_TMP_DIR", "/var/lib/pcp/tmp")) / "mmv"
 VENV = CHECKOUT / ".venv"
 REGISTRY = Path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp")) / "config/pmda/70.mmv-identity.json"
-REGISTRY_FILES = (REGISTRY, REGISTRY.with_name(REGISTRY.name + ".key"))
+REGISTRY_FILES = tuple(REGISTRY.with_name(REGISTRY.name + end) for end in ("", ".key", ".journal"))
 FILE = f"pmdammvinstall{os.getpid()}"  # metric names mmv.<FILE>.py.*
 
 

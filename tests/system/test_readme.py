@@ -26,6 +26,7 @@ from tests.support.pmcd import CHECKOUT, PrivatePmcd, our_agent
 README = CHECKOUT / "README.md"
 HERE = "tests/system/test_readme.py"
 QUERYING = f"{HERE}::test_the_querying_commands_run_as_shown"
+WATCHING = "tests/system/test_watching.py"
 # pmrep's interpreter is found through PATH (pmpython): python3-pcp is /usr/bin/python3's
 ENV = dict(os.environ, PATH="/usr/bin:/bin:" + os.environ.get("PATH", ""))
 
@@ -69,6 +70,20 @@ RUN_BY: dict[str, tuple[str, ...]] = {
     ),
     # Why is my file not served?
     "pmda-mmv check /tmp/vdemo": (f"{HERE}::test_the_check_example_is_what_check_prints",),
+    # Watching the agent
+    "pminfo -f mmv.control.files_by_state mmv.control.file.state_code": (
+        f"{WATCHING}::test_the_status_and_pmlogger_commands_run_as_shown",
+    ),
+    'pmieconf enable mmv && pmieconf modify mmv.refused delta "10 sec"': (
+        f"{WATCHING}::test_pmie_reports_a_refused_file_within_the_rules_delta",
+        f"{WATCHING}::test_pmie_says_nothing_for_a_directory_of_good_files",
+    ),
+    "pmlogconf -s /var/lib/pcp/config/pmlogconf/mmv/summary": (
+        f"{WATCHING}::test_the_status_and_pmlogger_commands_run_as_shown",
+    ),
+    "curl -s 'http://localhost:44322/metrics?names=mmv'": (
+        f"{WATCHING}::test_prometheus_scrapes_the_states_the_counts_and_the_family_total",
+    ),
 }
 """Each README command and what runs it: a test (``path::name``) or a script CI runs."""
 

@@ -38,6 +38,7 @@ from tests.support.writers.libpcp_mmv import (
 from tests.support.writers.libpcp_mmv import Registry as Writer
 
 PYTHON = "/usr/bin/python3"  # python3-pcp's interpreter
+HARDENING = Path(__file__).parents[1] / "data" / "hardening"
 
 
 # -- writers ----------------------------------------------------------------------------------
@@ -285,6 +286,60 @@ def test_processes_of_one_application_still_share_their_cluster(tmp_path: Path) 
     assert [sm.name for sm in p1.metrics] == ["mmv.app.a", "mmv.app.big"]
     assert [sm.name for sm in p2.metrics] == ["mmv.app.a"]
     assert len(p2.problems) == 1 and "mmv.app.big" in str(p2.problems[0])
+
+
+@pytest.mark.parametrize(
+    "items",
+    [(1, 2), (2000, 3000), (3, 5000), (5000, 3), (5, 5)],
+    ids=["primary", "both-spilled", "then-spilled", "spilled-first", "same-item"],
+)
+def test_a_name_defined_twice_is_served_once_the_first_entry(
+    tmp_path: Path, items: tuple[int, int]
+) -> None:
+    """One rule for every metric of a file, spilled or not: a later entry with the name of an
+    earlier one is a problem naming both offsets; the first is served, at its own PMID, and
+    no spill PMID is kept for a name served at its own item."""
+    path = build(tmp_path / "app", [("dup.m", items[0]), ("ok", 7), ("dup.m", items[1])])
+    c = Catalogue()
+    with MmvFile.open(str(path), name="app") as mf:
+        first, _, later = (m.offset for m in mf.metrics)
+        entry = c.add(mf)
+        assert entry is not None
+        assert [(sm.name, sm.metric.offset) for sm in entry.metrics] == [
+            ("mmv.app.dup.m", first),
+            ("mmv.app.ok", mf.metrics[1].offset),
+        ]
+        assert len({(sm.cluster, sm.item) for sm in entry.metrics}) == 2
+        why = f"mmv.app.dup.m is already the name of the metric at offset {first}"
+        assert [str(p) for p in entry.problems] == [
+            f"{path}: metrics at offset {later}: {why}, metric not served"
+        ]
+        spilled = items[0] > layout.MAX_ITEM
+        assert (entry.metrics[0].cluster != entry.cluster) == spilled
+        assert list(entry.spills) == (["dup.m"] if spilled else [])
+
+
+def test_a_name_defined_twice_does_not_keep_writers_of_one_application_apart(
+    tmp_path: Path,
+) -> None:
+    """NOPREFIX files of one owner and cluster (PCP QA 648) still share it when the later
+    one defines a shared name twice: its later entry is refused, not counted against it."""
+    c = Catalogue()
+    entries = []
+    for name, items in (("p1", (1,)), ("p2", (1, 2))):
+        b = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
+        b.metrics += [mb.Metric("app.a", item) for item in items]
+        b.values.append(mb.Value("app.a", None, 1))
+        b.build().write(tmp_path / name)
+        with MmvFile.open(str(tmp_path / name), name=name) as mf:
+            entry = c.add(mf)
+            assert entry is not None
+            entries.append(entry)
+    p1, p2 = entries
+    assert p1.cluster == p2.cluster == 40
+    assert [(sm.name, sm.cluster, sm.item) for sm in p2.metrics] == [("mmv.app.a", 40, 1)]
+    first, later = (sm.offset for sm in p2.mf.metrics)
+    assert [(p.offset, f"offset {first}" in p.message) for p in p2.problems] == [(later, True)]
 
 
 def test_registry_keeps_spills_in_its_file(tmp_path: Path) -> None:
@@ -546,3 +601,28 @@ def test_pmlogger_archive_across_an_agent_restart_keeps_every_metric_apart(
     dumped = subprocess.run(["pmdumplog", "-a", str(archive)], capture_output=True, text=True)
     ids = dict(re.findall(r"PMID: (\S+) \((mmv\.big\.\S+)\)", dumped.stdout))
     assert len(ids) == 1500 and len(set(ids.values())) == 1500  # one name per PMID
+
+
+@pmcd_mark
+def test_a_fuzzed_file_defining_spilled_names_twice_serves_each_pmid_once(
+    private_pmcd: Any, mmv_dir: Path
+) -> None:
+    """The fuzzer's file (tests/data/hardening/served-twice.mmv) defines two names twice,
+    every copy past item 1023: each name and PMID is served once, ``check`` judges it
+    ``partial`` with each name once, and ``mmv.control.metrics`` and the file's
+    ``mmv.control.file.metrics`` count each once."""
+    path = mmv_dir / "served_twice"
+    path.write_bytes((HARDENING / "served-twice.mmv").read_bytes())
+    path.chmod(0o644)
+    pmcd = private_pmcd(our_agent(mmv_dir, "--status-metrics"))
+    ids = wait_served(pmcd, "mmv.served_twice", 1)
+    assert len(set(ids.values())) == len(ids) > 1, ids
+    assert pmcd.fetch("mmv.control.metrics") == {None: str(len(ids))}
+    assert pmcd.fetch("mmv.control.file.metrics") == {"served_twice": str(len(ids))}
+    assert pmcd.fetch("mmv.control.file.state") == {"served_twice": '"partial"'}
+    [verdict] = check_json(mmv_dir, path)
+    assert verdict["status"] == "partial"
+    assert sorted(verdict["served"]) == sorted(ids)  # each name once, as the agent serves
+    for s in verdict["spills"]:
+        assert ids[s["name"]] == s["pmid"]
+    assert len({s["pmid"] for s in verdict["spills"]}) == len(verdict["spills"]) > 1

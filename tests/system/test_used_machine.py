@@ -87,9 +87,10 @@ def test_check_and_debug_read_the_agents_registry_only_for_the_agents_directory(
 
 @pytest.fixture
 def used_system_registry() -> Iterator[Path]:
-    """The system agent's registry (and its secret) replaced by a used machine's; put back."""
+    """The system agent's registry (and its secret and journal) replaced by a used
+    machine's; put back."""
     path = Path(default_path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp"), 70))
-    files = (path, path.with_name(path.name + ".key"))
+    files = tuple(path.with_name(path.name + end) for end in ("", ".key", ".journal"))
     saved = Path(tempfile.mkdtemp(prefix="pmda-mmv-used-"))
     for f in files:
         if f.exists():

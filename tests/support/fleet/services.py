@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 
@@ -77,6 +77,23 @@ def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10) -> None:
         proc.wait(timeout)
 
 
+def spawn(
+    argv: list[str], cwd: Path, output: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``argv`` started in ``cwd``, in a session of its own, stdin /dev/null, its stdout and
+    stderr appended to ``output``."""
+    with open(output, "ab") as sink:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 class PortInUse(RuntimeError):
     """The free port found was taken before the daemon bound it (retry with another)."""
 
@@ -109,21 +126,16 @@ def _on_free_port(start: Callable[[int], None], attempts: int = 3) -> None:
                 raise
 
 
-# -- key server -------------------------------------------------------------------------------
-
-
-class KeyServer:
-    """redis-server (or valkey-server) on 127.0.0.1:PORT in ``workdir``: no persistence
-    (``--save ''``, no AOF), its own log, foreground, stopped by :meth:`stop`."""
+class Daemon:
+    """A daemon a test runs in ``workdir``, on a free loopback ``port`` (:meth:`_start`
+    starts it on the port given and waits for it); a context manager that stops it."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = make_dir(workdir)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
-        self.binary = key_server_binary() or "redis-server"
-        self.log = self.workdir / "server.log"
 
-    def __enter__(self) -> KeyServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -131,8 +143,29 @@ class KeyServer:
         self.stop()
 
     def start(self) -> None:
-        """Start the server and wait until it answers PING; raises RuntimeError."""
+        """Start it on a free port (another when that one was taken); raises RuntimeError."""
         _on_free_port(self._start)
+
+    def _start(self, port: int) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.proc = None
+
+
+# -- key server -------------------------------------------------------------------------------
+
+
+class KeyServer(Daemon):
+    """redis-server (or valkey-server) on 127.0.0.1:PORT in ``workdir``: no persistence
+    (``--save ''``, no AOF), its own log, foreground, stopped by :meth:`stop`; started, it
+    answers PING."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.binary = key_server_binary() or "redis-server"
+        self.log = self.workdir / "server.log"
 
     def _start(self, port: int) -> None:
         self.port = port
@@ -153,10 +186,6 @@ class KeyServer:
         except OSError:
             return False
 
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.proc = None
-
 
 # -- pmproxy ----------------------------------------------------------------------------------
 
@@ -167,11 +196,14 @@ class Pmproxy:
     with ``key_port``, ``[discover]``, ``[pmseries]``; pmsearch off), under ``workdir``:
     ``tmp/`` (PCP_TMP_DIR: its MMV files go to ``tmp/pmproxy/``), ``run/``, ``log/``
     (pmproxy.log) and ``archive_dir`` (PCP_ARCHIVE_DIR: discovery watches it for active
-    pmlogger archives).  ``tmp_dir`` can be given to share a PCP_TMP_DIR (a private pmcd's)."""
+    pmlogger archives).  ``tmp_dir`` can be given to share a PCP_TMP_DIR (a private pmcd's).
+    ``key_port`` 0: no key server, discovery nor pmseries (the live REST API and
+    ``/metrics`` only); ``pmcd_port``: the pmcd its live requests go to (PMCD_PORT)."""
 
     workdir: Path
     key_port: int
     tmp_dir: Path | None = None
+    pmcd_port: int = 0
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -207,12 +239,14 @@ class Pmproxy:
             make_dir(d, 0o775)
             os.chown(d, pcp.pw_uid, pcp.pw_gid)
         make_dir(self.archive_dir)
+        keys = "true" if self.key_port else "false"
         self.conf.write_text(
-            "[pmproxy]\npcp.enabled = true\nhttp.enabled = true\nredis.enabled = true\n"
+            f"[pmproxy]\npcp.enabled = true\nhttp.enabled = true\nredis.enabled = {keys}\n"
             "secure.enabled = false\n"
-            f"[redis]\nenabled = true\nservers = 127.0.0.1:{self.key_port}\n"
-            "[discover]\nenabled = true\n"
-            "[pmseries]\nenabled = true\n"
+            f"[redis]\nenabled = {keys}\nservers = 127.0.0.1:{self.key_port}\n"
+            + ("" if self.key_port else "[keys]\nenabled = false\n")
+            + f"[discover]\nenabled = {keys}\n"
+            f"[pmseries]\nenabled = {keys}\n"
             "[pmsearch]\nenabled = false\n"
         )
         _on_free_port(self._start)
@@ -226,19 +260,12 @@ class Pmproxy:
             PCP_LOG_DIR=str(self.log_dir),
             PCP_ARCHIVE_DIR=str(self.archive_dir),
         )
+        if self.pmcd_port:
+            env["PMCD_PORT"] = str(self.pmcd_port)
         argv = [str(binadm("pmproxy")), "-f", "-A", "-p", str(self.port), "-i", "127.0.0.1"]
         argv += ["-s", str(self.run_dir / "pmproxy.socket"), "-c", str(self.conf)]
         argv += ["-l", str(self.log)]
-        with open(self.log_dir / "pmproxy.stderr", "ab") as err:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.log_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=err,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = spawn(argv, self.log_dir, self.log_dir / "pmproxy.stderr", env)
         _wait(f"pmproxy on port {self.port}", self._ready, self.proc, self.log, 30)
 
     def _ready(self) -> bool:
@@ -248,7 +275,7 @@ class Pmproxy:
         if re.search(rf"^\s*err\s+-?\d+\s+{self.port}\s+inet", text, re.M):
             raise PortInUse(f"pmproxy: port {self.port} in use")
         listening = re.search(rf"^\s*ok\s+\d+\s+{self.port}\s+inet", text, re.M)
-        keys = "schema version setup" in text
+        keys = "schema version setup" in text or not self.key_port
         return bool(listening and keys and (self.mmv_dir / "server").exists())
 
     def rest(self, path: str, **query: str) -> Any:

@@ -16,7 +16,7 @@ import pytest
 from pmda_mmv.agent import control, serving, tables
 from pmda_mmv.agent.serving import Held, Plan, Serving, key
 from pmda_mmv.agent.tables import PM_IN_NULL
-from pmda_mmv.directory.filestate import Changes
+from pmda_mmv.directory.filestate import OK, REFUSED, STATES, Changes
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
@@ -289,13 +289,19 @@ def test_control_and_status_values(served: Served) -> None:
     assert state == [["ok", 1], ["refused", 1]]
     assert fetch(CONTROL_CLUSTER, 17, by_name["app"]) == [5, 1]
     assert fetch(CONTROL_CLUSTER, 13, by_name["junk"]) == [0, 1]
+    codes = [fetch(CONTROL_CLUSTER, 19, by_name[n]) for n in ("app", "junk")]
+    assert codes == [[STATES.index(OK), 1], [STATES.index(REFUSED), 1]]
+    by_state = {s: fetch(CONTROL_CLUSTER, control.FILES_BY_STATE, i) for i, s in enumerate(STATES)}
+    assert by_state == {s: [int(s in (OK, REFUSED)), 1] for s in STATES}
 
 
 def test_status_metrics_are_distinct_and_described() -> None:
     names = [s.metric.name for s in control.FILE_STATUS.values()]
     assert len(set(names)) == len(names) and all(n.startswith("control.file.") for n in names)
-    assert all(s.metric.oneline == s.metric.helptext for s in control.FILE_STATUS.values())
-    assert not set(control.FILE_STATUS) & {control.RELOAD, control.DEBUG, control.FILES}
+    assert all(s.metric.oneline and s.metric.helptext for s in control.FILE_STATUS.values())
+    own = {control.RELOAD, control.DEBUG, control.FILES, control.METRICS, control.FILES_BY_STATE}
+    assert not set(control.FILE_STATUS) & own
+    assert control.BY_STATE.name == "control.files_by_state"
 
 
 # -- held changes ---------------------------------------------------------------------------

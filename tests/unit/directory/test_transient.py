@@ -112,10 +112,10 @@ def test_a_file_refused_for_want_of_a_descriptor_is_retried(
     real = os.open
     short = [True]
 
-    def open_(path: str, flags: int, *args: int) -> int:
+    def open_(path: str, flags: int, *args: int, **kwargs: int | None) -> int:
         if short[0] and path.endswith("/f"):
             raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
-        return real(path, flags, *args)
+        return real(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(reader.os, "open", open_)
     scanner.refresh()

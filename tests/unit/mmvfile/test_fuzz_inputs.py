@@ -1,12 +1,14 @@
 """Hostile bytes through the reader and the catalogue without pmcd (fuzz/target.py, the
 oracle fuzz/run shares): the kept regression inputs of tests/data/hardening/, a bounded
 hypothesis fuzz of mutated real-writer files, and the oracle accepting every real writer's
-file.  Each input may only be refused with an MMV error, never raise anything else."""
+file.  Each input may only be refused with an MMV error, never raise anything else.  And
+``fuzz/run`` in a checkout whose venv lacks atheris (as ``scripts/setup --test`` makes it)."""
 
 from __future__ import annotations
 
 import os
 import struct
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -90,3 +92,23 @@ def test_oracle_accepts_real_writer_files(tmp_path: Path) -> None:
     assert check_file(str(written.path)) == "ok"
     img = sample(3).build()
     assert check_bytes(bytes(img.data), str(tmp_path / "s")) == "ok"
+
+
+def test_fuzz_run_without_atheris_says_what_to_install(tmp_path: Path) -> None:
+    """fuzz/run in a checkout whose venv python cannot import atheris (Debian's python
+    without site-packages; fuzz/'s files linked): one line saying how to install it, exit 2,
+    no traceback, nothing made (no seeds, corpus or results)."""
+    fuzz = Path(__file__).parents[3] / "fuzz"
+    files = sorted(p.name for p in fuzz.iterdir() if p.is_file())
+    (tmp_path / "fuzz").mkdir()
+    for name in files:
+        (tmp_path / "fuzz" / name).symlink_to(fuzz / name)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n')
+    python.chmod(0o755)
+    done = subprocess.run([str(tmp_path / "fuzz" / "run"), "5"], capture_output=True, text=True)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == "fuzz/run: atheris is not installed: .venv/bin/pip install -e '.[fuzz]'\n"
+    assert done.returncode == 2 and done.stdout == ""
+    assert sorted(p.name for p in (tmp_path / "fuzz").iterdir()) == files

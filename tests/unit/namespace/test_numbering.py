@@ -9,7 +9,10 @@ import hashlib
 
 import pytest
 
+from pmda_mmv.agent.control import STATES_SERIAL, STATUS_SERIAL
+from pmda_mmv.namespace.indomserial import indom_serial
 from pmda_mmv.namespace.numbering import (
+    AGENT_SERIALS,
     INDOM_MASK,
     PROBES,
     c_indom,
@@ -17,6 +20,7 @@ from pmda_mmv.namespace.numbering import (
     derived_indom,
     packs,
 )
+from pmda_mmv.namespace.registry import Registry
 
 SECRET = b"sixteen byte key"
 
@@ -118,3 +122,17 @@ def test_a_wanted_number_is_given_last() -> None:
 
 def test_none_when_every_number_is_taken() -> None:
     assert choose_indom("app", 3, 5, None, Everything(), set(), SECRET) is None
+
+
+def test_the_agents_own_serials_are_never_a_files() -> None:
+    """Serials 0 (the status indom) and 1 (the states indom, ``mmv.control.files_by_state``)
+    are the agent's: not a file's C number (cluster 2048 serial 1 packs to 1), nor the
+    number a registry from before remembers for it."""
+    assert {STATUS_SERIAL, STATES_SERIAL} == AGENT_SERIALS
+    registry = Registry()
+    assert c_indom(2048, 1) == 1
+    got = indom_serial(registry, {}, ("app", 0), (2048, 1), set())
+    assert got is not None and got not in AGENT_SERIALS
+    registry.serve(("old", 0), 7, 7, False, {3: 1})  # remembered from before: 1
+    got = indom_serial(registry, {}, ("old", 0), (7, 3), set())
+    assert got is not None and got not in AGENT_SERIALS
