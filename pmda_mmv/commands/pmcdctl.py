@@ -59,8 +59,9 @@ def _unblock() -> None:
 
 def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> None:
     """Run a PCP script with no stdin, its output passed through; fail on a non-zero exit.
-    It runs in a session of its own, started with the stopping signals held (so a signal
-    never leaves it unknown to us); a signal that stops us kills its whole session."""
+    It is started with the stopping signals held (a signal never leaves it running unknown
+    to us) in our process group (what kills the group kills it); a signal that stops us
+    kills it before we put anything back."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
     try:
         proc = subprocess.Popen(
@@ -68,7 +69,6 @@ def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> No
             cwd=cwd,
             env=env or script_env(),
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
             preexec_fn=_unblock,
         )
     finally:
@@ -76,7 +76,7 @@ def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> No
     try:
         status = proc.wait()
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
         proc.wait()
         raise
     if status:
