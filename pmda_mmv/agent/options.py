@@ -7,9 +7,10 @@ The C agent's options (``-D``, ``-d``, ``-l``, ``-U``) plus ours.  No PCP import
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
 from pmda_mmv.directory.filestate import parse_owners
 from pmda_mmv.directory.resources import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Limits
@@ -75,8 +76,9 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
     _add_totals(p)
     p.add_argument(
         "--registry",
-        help="identity registry file (default $PCP_VAR_DIR/config/pmda/<domain>"
-        f"{identity.SUFFIX}; '' or 'none': in memory only; docs/identity.md)",
+        help="identity registry file (default $PMDA_MMV_REGISTRY, else $PCP_VAR_DIR/config/"
+        f"pmda/<domain>{identity.SUFFIX}, which check and debug read only for the agent's "
+        "directory; '' or 'none': in memory only; docs/identity.md)",
     )
     p.add_argument(
         "--registry-cap",
@@ -173,20 +175,43 @@ def scanner_for(
     )
 
 
+REGISTRY_ENV: Final = "PMDA_MMV_REGISTRY"
+"""The environment variable that stands for ``--registry`` when the option is not given."""
+
+
+def registry_option(registry: str | None) -> str | None:
+    """``--registry`` as given, else :data:`REGISTRY_ENV` (None: neither is set)."""
+    return registry if registry is not None else os.environ.get(REGISTRY_ENV)
+
+
 def registry_path(registry: str | None, domain: int, var_dir: str) -> str | None:
-    """The registry file for ``--registry`` (None: in memory only)."""
+    """The registry file for ``--registry`` (or :data:`REGISTRY_ENV`; None: in memory
+    only)."""
+    registry = registry_option(registry)
     if registry is None:
         return identity.default_path(var_dir, domain)
     return None if registry in identity.NONE else registry
 
 
-def open_registry(options: ServingOptions, var_dir: str) -> identity.Registry:
-    """The agent's identity registry as it is now, loaded read only: what ``check`` and
-    ``debug`` number files with (they never change it)."""
-    path = registry_path(options.registry, options.domain, var_dir)
-    registry = identity.Registry(path, options.registry_cap, readonly=True)
-    registry.load()
-    return registry
+def open_registry(
+    options: ServingOptions, var_dir: str, directory: str, agent_directory: str
+) -> identity.Registry:
+    """The registry ``check`` and ``debug`` number ``directory``'s files with, loaded read
+    only (they never change it): ``--registry`` (or :data:`REGISTRY_ENV`) when given; else
+    the agent's default one when ``directory`` is the agent's (``agent_directory``), and
+    none (in memory only) for any other directory, whose files the agent never numbered."""
+    registry = registry_option(options.registry)
+    if registry is None and not _same_directory(directory, agent_directory):
+        registry = identity.NONE[0]
+    path = registry_path(registry, options.domain, var_dir)
+    loaded = identity.Registry(path, options.registry_cap, readonly=True)
+    loaded.load()
+    return loaded
+
+
+def _same_directory(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one directory (symlinks followed)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServingOptions:

@@ -38,7 +38,7 @@ from pmda_mmv.agent.options import (
     scanner_for,
     serving_options,
 )
-from pmda_mmv.commands.pcpenv import var_dir
+from pmda_mmv.commands.pcpenv import tmp_dir, var_dir
 from pmda_mmv.directory.filestate import (
     IGNORED,
     OK,
@@ -64,7 +64,9 @@ class Directory:
     def __init__(self, directory: str, options: ServingOptions) -> None:
         self.directory = directory
         self.domain = options.domain
-        self.registry = open_registry(options, var_dir())  # read only: check never changes it
+        # read only: check never changes it; the agent's only for the agent's directory
+        agent_directory = os.path.join(tmp_dir(), options.prefix)
+        self.registry = open_registry(options, var_dir(), directory, agent_directory)
         self.catalogue = Catalogue(options.prefix, registry=self.registry)
         self.families = families_for(self.catalogue, options.families)
         self.scanner = scanner_for(directory, self.catalogue, options)

@@ -155,7 +155,8 @@ def main(argv: Sequence[str]) -> int:
 
     limited = LogLimit(log, info=info)
     # the agent's numbers, read only: debug saves nothing
-    registry = open_registry(options, var_dir())
+    agent_directory = os.path.join(tmp_dir(), options.prefix)
+    registry = open_registry(options, var_dir(), directory, agent_directory)
     catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
     families = families_for(catalogue, options.families, limited.info)
     scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)

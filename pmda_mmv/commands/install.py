@@ -4,30 +4,36 @@ mmv agent (domain 70) under the system pmcd, and put the stock C agent back.
 The one implementation of the switch-over: the checkout's ``./Install`` and ``./Remove``, a
 pip-installed venv and the Debian package all run it.
 
-install (idempotent, as root):
+install (idempotent, as root), all or nothing: every check that can fail (the agent's
+modules importable by the named interpreter, pmcd.conf, the agent directory and the PMNS
+writable, pmcd answering or startable) runs before anything changes; then
+:class:`~.undo.Undo` copies what may change, and any failure after that (a step below, a
+signal) puts it back byte for byte and pmcd as it was.  A copy left by an interrupted
+install (SIGKILL, a power cut) is put back by the next install or remove.
 
 1. names the interpreter ``pmdammv`` so that pmdaproc.sh's Remove finds the agent by name:
    in a venv ``<venv>/bin/pmdammv -> python`` (python still finds the venv's pyvenv.cfg);
    outside a venv ``<prefix>/libexec/pmda-mmv/pmdammv``, which the Debian package ships;
-2. the first time, saves the stock ``$PCP_PMDAS_DIR/mmv`` (symlinks into the pcp package)
+2. starts pmcd when it is not running;
+3. the first time, saves the stock ``$PCP_PMDAS_DIR/mmv`` (symlinks into the pcp package)
    and the stock pmcd.conf mmv line in ``$PCP_PMDAS_DIR/mmv/.pmda-mmv-stock``;
-3. lays the agent's files (launcher ``pmdammv``, ``Install``, ``Remove``, ``root_mmv``,
+4. lays the agent's files (launcher ``pmdammv``, ``Install``, ``Remove``, ``root_mmv``,
    ``domain.h``) over ``$PCP_PMDAS_DIR/mmv`` with ``pmda-mmv-python``, a symlink to the named
    interpreter of step 1: no machine-wide record, the agent directory says which venv runs;
-4. runs that directory's ``Install`` (pmdaproc.sh), which replaces the mmv line in pmcd.conf
+5. runs that directory's ``Install`` (pmdaproc.sh), which replaces the mmv line in pmcd.conf
    by ``mmv 70 pipe binary notready $PCP_PMDAS_DIR/mmv/pmdammv -d 70 --notready [OPTION..]``;
-5. waits until pmcd serves ``mmv.control.files`` from it;
-6. lays the agent's pmieconf rules (disabled) in ``$PCP_VAR_DIR/config/pmieconf/mmv``
+6. waits until pmcd serves ``mmv.control.files`` from it.
+7. lays the agent's pmieconf rules (disabled) in ``$PCP_VAR_DIR/config/pmieconf/mmv``
    (:mod:`.pmieconf`).
 
 install --refresh (the Debian package's postinst, after an upgrade of it or of pcp) installs
 again with the current line's options, only when installed from this interpreter.
 
-remove (idempotent, as root) runs the directory's ``Remove``, restores the saved stock files,
-takes the pmieconf rules out and, when the stock line was the C agent's DSO line, runs the
-stock ``Install`` to put it back;
-``$PCP_VAR_DIR/pmns/mmv``, which pmdaproc.sh's Install leaves, goes when it was not there
-before install.
+remove (idempotent, as root) needs neither a running pmcd nor an intact PMNS: it restores
+the saved stock files and pmcd.conf line (as it was), removes ``$PCP_VAR_DIR/pmns/mmv``
+when pmdaproc.sh's Install added it (the PMNS root's mmv subtree is the C agent's too) and,
+when pmcd runs, tells it to read pmcd.conf again (it stops the agent, starts the stock
+one); the pmieconf rules go.
 """
 
 from __future__ import annotations
@@ -42,6 +48,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pmda_mmv.commands import pmieconf
+from pmda_mmv.commands.pmcdctl import (
+    InstallError,
+    local_conf,
+    mmv_line,
+    pcp_config,
+    pmcd_answering_or_startable,
+    put_mmv_line,
+    run,
+    say,
+    script_env,
+    start_pmcd,
+)
+from pmda_mmv.commands.undo import (
+    Interrupted,
+    Undo,
+    recover,
+    roll_back,
+    signals_raise,
+    watched,
+)
 
 #: the agent's files, laid over $PCP_PMDAS_DIR/mmv (see deploy/pmdas/mmv)
 AGENT_FILES = ("Install", "Remove", "pmdammv", "root_mmv", "domain.h")
@@ -51,15 +77,6 @@ EXECUTABLES = ("Install", "Remove", "pmdammv")
 STOCK = ".pmda-mmv-stock"
 #: the process names of the agent (the launcher's two names)
 NAMES = ("pmdammv", "pmdapmproxy")
-PATH = "/usr/lib/pcp/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class InstallError(Exception):
-    """Why install or remove stopped (printed as ``pmda-mmv: ...``, exit 1)."""
-
-
-def say(text: str) -> None:
-    print(f"== {text}", flush=True)
 
 
 def agent_source() -> Path:
@@ -91,70 +108,10 @@ def named_interpreter() -> Path:
     return named
 
 
-def pcp_config() -> dict[str, str]:
-    """PCP's configuration (pmGetConfig) for the variables used here."""
-    from pcp.pmapi import pmContext
-
-    names = ("PCP_PMDAS_DIR", "PCP_PMCDCONF_PATH", "PCP_RC_DIR", "PCP_LOG_DIR", "PCP_VAR_DIR")
-    return {n: str(pmContext.pmGetConfig(n)) for n in names}
-
-
 def pmns_file(cfg: dict[str, str]) -> Path:
     """``$PCP_VAR_DIR/pmns/mmv``: pmdaproc.sh's Install writes it (and merges it into the
     PMNS root), the stock pcp package has none."""
     return Path(cfg["PCP_VAR_DIR"]) / "pmns" / "mmv"
-
-
-def script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of PCP's scripts: system PATH first (a pyenv python3 lacks
-    python3-pcp); without systemd as init, pmcd is (re)started through $PCP_RC_DIR."""
-    env = {k: v for k, v in os.environ.items() if k != "PCP_ENV_DONE"}
-    env["PATH"] = PATH
-    if not os.path.isdir("/run/systemd/system"):
-        env["PCP_SYSTEMDUNIT_DIR"] = "/nonexistent-pmda-mmv"
-    env.update(extra or {})
-    return env
-
-
-def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-    """Run a PCP script with no stdin, its output passed through; fail on a non-zero exit."""
-    done = subprocess.run(list(argv), cwd=cwd, env=env or script_env(), stdin=subprocess.DEVNULL)
-    if done.returncode:
-        raise InstallError(f"{' '.join(argv)} in {cwd} exited {done.returncode}")
-
-
-def mmv_line(pmcdconf: Path) -> str:
-    """The mmv line of pmcd.conf ('' when there is none)."""
-    for line in pmcdconf.read_text().splitlines():
-        if line.split()[:1] == ["mmv"]:
-            return line
-    return ""
-
-
-def pmcd_running() -> bool:
-    done = subprocess.run(
-        ["pmcd_wait", "-h", "local:", "-t", "2"], env=script_env(), capture_output=True
-    )
-    return done.returncode == 0
-
-
-def start_pmcd(cfg: dict[str, str]) -> None:
-    """Start the system pmcd through its rc script when it does not answer; refused when
-    other pmcd processes run (the rc script would stop them all)."""
-    if pmcd_running():
-        return
-    others = subprocess.run(["pgrep", "-x", "pmcd"], capture_output=True, text=True).stdout
-    if others.split():
-        raise InstallError(
-            f"the system pmcd is not answering but other pmcd processes run "
-            f"({' '.join(others.split())}); start it yourself ({cfg['PCP_RC_DIR']}/pmcd start)"
-        )
-    say("starting pmcd")
-    env = {"PATH": PATH, "LANG": "C.UTF-8", "HOME": "/root"}
-    run([f"{cfg['PCP_RC_DIR']}/pmcd", "start"], Path("/"), env=script_env() | env)
-    done = subprocess.run(["pmcd_wait", "-h", "local:", "-t", "60"], env=script_env())
-    if done.returncode:
-        raise InstallError(f"pmcd did not start; see {cfg['PCP_LOG_DIR']}/pmcd/pmcd.log")
 
 
 def need_root() -> None:
@@ -163,11 +120,12 @@ def need_root() -> None:
 
 
 def install(agent_options: Sequence[str]) -> None:
-    """Make this interpreter's pmda-mmv the system pmcd's mmv agent (see the module doc)."""
+    """Make this interpreter's pmda-mmv the system pmcd's mmv agent (see the module doc):
+    every check that can fail first, then the change, undone on any failure."""
     need_root()
     source = agent_source()
-    try:  # pmda-mmv: pmieconf rules
-        rules = pmieconf.rules_source()
+    try:  # pmda-mmv: pmieconf rules (checked before anything changes)
+        pmieconf.rules_source()
     except FileNotFoundError as e:
         raise InstallError(str(e)) from None
     named = named_interpreter()
@@ -180,27 +138,58 @@ def install(agent_options: Sequence[str]) -> None:
         raise InstallError(f"{named} cannot import the agent's modules:\n{check.stderr}")
     cfg = pcp_config()
     mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
-    pmcdconf = Path(cfg["PCP_PMCDCONF_PATH"])
-    stock = mmvdir / STOCK
     if not mmvdir.is_dir():
         raise InstallError(f"{mmvdir} is missing: is the pcp package installed?")
-    if not stock.is_dir():
+    recover(cfg)
+    writable(cfg)
+    was_running = pmcd_answering_or_startable()
+    saved = Undo(cfg)
+    saved.take()
+    try:
+        with signals_raise():
+            _switch(cfg, source, named, agent_options, was_running)
+    except (InstallError, Interrupted, OSError, KeyboardInterrupt) as e:
+        roll_back(cfg, saved, was_running)
+        why = str(e) or type(e).__name__
+        raise InstallError(f"{why}; pmcd.conf, {mmvdir} and the PMNS are as before") from e
+    saved.drop()
+    how = remove_command(sys.argv[0], shutil.which("pmda-mmv"), sys.executable)
+    say(f"pmda-mmv is installed; {how} puts the stock mmv agent back")
+
+
+def writable(cfg: dict[str, str]) -> None:
+    """InstallError unless pmcd.conf, the agent directory and the PMNS can be changed."""
+    for path in watched(cfg)[:3]:
+        target = path if path.is_dir() else path.parent
+        if not os.access(target, os.W_OK) or (path.is_file() and not os.access(path, os.W_OK)):
+            raise InstallError(f"{path} cannot be changed (read-only?); nothing was changed")
+
+
+def _switch(
+    cfg: dict[str, str], source: Path, named: Path, options: Sequence[str], running: bool
+) -> None:
+    """The change itself: pmcd started, the stock saved, the agent laid and installed."""
+    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
+    pmcdconf = Path(cfg["PCP_PMCDCONF_PATH"])
+    if not running:
+        start_pmcd(cfg)
+    if not (mmvdir / STOCK).is_dir():
         _save_stock(mmvdir, pmcdconf, cfg)
     _lay_agent(source, mmvdir, named)
-    start_pmcd(cfg)
-    options = " ".join(agent_options)
-    say(f"running {mmvdir}/Install (agent options: '{options}')")
-    run(["./Install"], mmvdir, script_env({"PMDA_MMV_OPTIONS": options}))
+    words = " ".join(options)
+    say(f"running {mmvdir}/Install (agent options: '{words}')")
+    run(["./Install"], mmvdir, script_env({"PMDA_MMV_OPTIONS": words}))
     line = mmv_line(pmcdconf)
     if f"{mmvdir}/pmdammv" not in line:
         raise InstallError(f"pmcd.conf has no pmda-mmv line after Install (mmv line: '{line}')")
-    probe = _wait_served(cfg)
+    if local_conf(cfg).is_file() and mmv_line(local_conf(cfg)):
+        put_mmv_line(local_conf(cfg), "")
+        say(f"{local_conf(cfg)}: the C agent's mmv line taken out (docs/install.md)")
+    probe = wait_served(cfg)
     say(f"pmcd.conf: {line}")
     say(f"pmprobe: {probe.strip()}")
-    laid = pmieconf.lay_rules(rules, cfg["PCP_VAR_DIR"])  # pmda-mmv: pmieconf rules
+    laid = pmieconf.lay_rules(pmieconf.rules_source(), cfg["PCP_VAR_DIR"])
     say(f"pmieconf rules (disabled; 'pmieconf enable {pmieconf.GROUP}'): {laid}")
-    how = remove_command(sys.argv[0], shutil.which("pmda-mmv"), sys.executable)
-    say(f"pmda-mmv is installed; {how} puts the stock mmv agent back")
 
 
 def remove_command(argv0: str, on_path: str | None, python: str) -> str:
@@ -233,6 +222,8 @@ def _save_stock(mmvdir: Path, pmcdconf: Path, cfg: dict[str, str]) -> None:
     (tmp / "pmcd.line").write_text(line + "\n" if line else "")
     if not pmns_file(cfg).exists():  # pmdaproc.sh's Install leaves it: remove drops it
         (tmp / "pmns.absent").touch()
+    if local_conf(cfg).is_file():  # PCP 7.2+: the DSO local-context clients load
+        (tmp / "local.line").write_text(mmv_line(local_conf(cfg)) + "\n")
     tmp.rename(stock)
 
 
@@ -250,7 +241,7 @@ def _lay_agent(source: Path, mmvdir: Path, named: Path) -> None:
     link.symlink_to(named)
 
 
-def _wait_served(cfg: dict[str, str]) -> str:
+def wait_served(cfg: dict[str, str]) -> str:
     """pmprobe's line once pmcd serves mmv.control.files (InstallError after 30 s)."""
     # the agent starts, scans, then tells pmcd it is ready: allow it some time
     for _ in range(30):
@@ -298,48 +289,6 @@ def refresh() -> None:
         return
     options = installed_options(mmv_line(Path(cfg["PCP_PMCDCONF_PATH"])), mmvdir / "pmdammv")
     install(options or [])
-
-
-def remove() -> None:
-    """Take pmda-mmv out of the system pmcd and put the stock mmv agent back."""
-    need_root()
-    cfg = pcp_config()
-    mmvdir = Path(cfg["PCP_PMDAS_DIR"]) / "mmv"
-    stock = mmvdir / STOCK
-    if not stock.is_dir():
-        say(f"pmda-mmv is not installed (no {stock}); nothing to do")
-        return
-    start_pmcd(cfg)
-    say(f"running {mmvdir}/Remove")
-    run(["./Remove"], mmvdir)
-    say(f"restoring the stock {mmvdir}")
-    for name in (*AGENT_FILES, PYTHON_LINK):
-        (mmvdir / name).unlink(missing_ok=True)
-    for entry in (stock / "files").iterdir():
-        dest = mmvdir / entry.name
-        if dest.is_symlink() or dest.is_file():
-            dest.unlink()
-        elif dest.is_dir():
-            shutil.rmtree(dest)
-        shutil.move(entry, dest)
-    line = (stock / "pmcd.line").read_text().strip()
-    pmns_absent = (stock / "pmns.absent").exists()
-    shutil.rmtree(stock)
-    if not line:
-        say("pmcd.conf had no mmv line before install; leaving mmv out")
-    elif line.split()[2:3] == ["dso"]:
-        say(f"putting the stock mmv line back: running the stock {mmvdir}/Install")
-        run(["./Install"], mmvdir)
-        say(f"pmcd.conf: {mmv_line(Path(cfg['PCP_PMCDCONF_PATH']))}")
-    else:
-        say(
-            "warning: the mmv line before install was not the stock DSO one and is not "
-            f"restored automatically: {line}"
-        )
-    if pmns_absent:  # the names are in the PMNS root; the file was not there before
-        pmns_file(cfg).unlink(missing_ok=True)
-    pmieconf.drop_rules(cfg["PCP_VAR_DIR"])  # pmda-mmv: pmieconf rules
-    say("pmda-mmv is removed")
 
 
 def parser(command: str) -> argparse.ArgumentParser:
@@ -391,6 +340,8 @@ def main(command: str, argv: Sequence[str]) -> int:
         elif command == "install":
             install(rest)
         else:
+            from pmda_mmv.commands.remove import remove
+
             remove()
     except InstallError as e:
         print(f"pmda-mmv {command}: {e}", file=sys.stderr)

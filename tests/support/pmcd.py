@@ -25,6 +25,9 @@ Every test that starts a private pmcd is marked ``pmcd`` (pyproject.toml), so th
 ``-m "not pmcd"`` runs none: :class:`PrivatePmcd` and ``private_pmcd`` fail the test that is
 not (:func:`require_pmcd_marker`).
 
+Every test runs with ``PMDA_MMV_REGISTRY=none``: a command or agent not given ``--registry``
+keeps its identity registry in memory, never reading a used machine's (:func:`pytest_configure`).
+
 Also here: the ``system_pmcd`` marker for tests that change the *system* pmcd (its pmcd.conf,
 PMNS, $PCP_PMDAS_DIR/mmv): they run only when asked for explicitly, with ``--system-pmcd``
 or ``-m system_pmcd`` (``.ci/run`` passes ``--system-pmcd``); otherwise they are deselected,
@@ -508,6 +511,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # no test reads or writes the machine's identity registry: check, debug and agents
+    # that are not given a --registry keep theirs in memory (the system agent, which
+    # pmcd starts, does not inherit this: pmda-mmv install drops it from PCP's scripts)
+    os.environ["PMDA_MMV_REGISTRY"] = "none"
     config.addinivalue_line(
         "markers",
         "system_pmcd: changes the system pmcd (pmcd.conf, PMNS, $PCP_PMDAS_DIR/mmv); runs "

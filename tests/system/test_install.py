@@ -3,7 +3,8 @@ pmcd.conf, the PMNS and $PCP_PMDAS_DIR/mmv, so they run only when selected or in
 the launcher's interpreter check (no pmcd needed).
 
 Each system test starts from the stock C agent and leaves it back; a module fixture
-restores the saved pmcd.conf, PMNS and $PCP_PMDAS_DIR/mmv if a test could not."""
+restores the saved pmcd.conf, PMNS and $PCP_PMDAS_DIR/mmv if a test could not, and the
+system agent's identity registry as it was."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,8 @@ PMCDCONF = Path(pcp_config("PCP_PMCDCONF_PATH", "/etc/pcp/pmcd/pmcd.conf"))
 PMNS = Path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp")) / "pmns" / "root"
 SYSTEM_MMV = Path(pcp_config("PCP_TMP_DIR", "/var/lib/pcp/tmp")) / "mmv"
 VENV = CHECKOUT / ".venv"
+REGISTRY = Path(pcp_config("PCP_VAR_DIR", "/var/lib/pcp")) / "config/pmda/70.mmv-identity.json"
+REGISTRY_FILES = tuple(REGISTRY.with_name(REGISTRY.name + end) for end in ("", ".key", ".journal"))
 FILE = f"pmdammvinstall{os.getpid()}"  # metric names mmv.<FILE>.py.*
 
 
@@ -111,6 +115,9 @@ def stock() -> Iterator[Stock]:
     if was_installed:
         sh(CHECKOUT / "Remove")
     saved = Path(tempfile.mkdtemp(prefix="pmda-mmv-install-"))
+    for f in REGISTRY_FILES:  # the system agent's registry: what the tests' agents write
+        if f.exists():
+            shutil.copy2(f, saved / f.name)
     shutil.copy2(PMCDCONF, saved / "pmcd.conf")
     shutil.copy2(PMNS, saved / "root")
     shutil.copytree(MMVDIR, saved / "mmv", symlinks=True)
@@ -130,6 +137,10 @@ def stock() -> Iterator[Stock]:
         # SIGHUP the system pmcd only: its rc script's restart signals every pmcd
         pid = Path(pcp_config("PCP_RUN_DIR", "/run/pcp"), "pmcd.pid").read_text().strip()
         os.kill(int(pid), signal.SIGHUP)
+    for f in REGISTRY_FILES:
+        f.unlink(missing_ok=True)
+        if (saved / f.name).exists():
+            shutil.copy2(saved / f.name, f)
     shutil.rmtree(saved)
     if was_installed:
         subprocess.run([CHECKOUT / "Install"], capture_output=True, timeout=300)
@@ -346,3 +357,72 @@ def test_install_and_remove_refuse_without_root_and_bad_options(
     for command, argv in (("install", []), ("install", ["--refresh"]), ("remove", [])):
         assert install.main(command, argv) == 1
         assert "must be run as root" in capsys.readouterr().err
+
+
+# -- all or nothing: an install stopped after it changed something leaves nothing changed --
+
+
+def machine_state() -> list[tuple[str, str]]:
+    """pmcd.conf, $PCP_PMDAS_DIR/mmv and the PMNS: every path's type, mode, owner and
+    link target or content."""
+    found = []
+    for root in (PMCDCONF, MMVDIR, PMNS.parent):
+        for path in [root, *sorted(root.rglob("*"))]:
+            st = path.lstat()
+            what = os.readlink(path) if path.is_symlink() else ""
+            if path.is_file() and not path.is_symlink():
+                what = path.read_bytes().hex()
+            found.append((str(path), f"{st.st_mode:o} {st.st_uid} {st.st_gid} {what}"))
+    return found
+
+
+def install_stopped_midway(sig: signal.Signals) -> subprocess.Popen[str]:
+    """``pmda-mmv install`` sent ``sig`` (its whole session for SIGKILL, as a power cut
+    would) once it has laid the agent's files, so after it changed the machine."""
+    proc = subprocess.Popen(
+        [VENV / "bin" / "python", "-P", "-m", "pmda_mmv", "install"],
+        cwd=CHECKOUT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    for _ in range(600):
+        if (MMVDIR / "pmda-mmv-python").is_symlink():
+            break
+        time.sleep(0.05)
+    assert (MMVDIR / "pmda-mmv-python").is_symlink(), proc.communicate()
+    (os.killpg if sig == signal.SIGKILL else os.kill)(proc.pid, sig)
+    proc.wait(timeout=120)
+    return proc
+
+
+def assert_stock_back(stock: Stock, before: list[tuple[str, str]]) -> None:
+    assert machine_state() == before
+    for _ in range(100):  # pmcd stops our agent once it has read pmcd.conf again
+        if not our_agents():
+            break
+        time.sleep(0.1)
+    assert our_agents() == []
+    assert_written_values_served(stock.written)  # from the stock C agent
+
+
+@pytest.mark.system_pmcd
+def test_an_install_stopped_by_a_signal_puts_back_exactly_what_was_there(stock: Stock) -> None:
+    before = machine_state()
+    proc = install_stopped_midway(signal.SIGTERM)
+    assert proc.returncode == 1
+    last = proc.stderr.read().strip().splitlines()[-1] if proc.stderr else ""
+    assert "interrupted by SIGTERM" in last and "are as before" in last
+    assert_stock_back(stock, before)
+
+
+@pytest.mark.system_pmcd
+def test_remove_after_an_install_killed_midway_recovers(stock: Stock) -> None:
+    before = machine_state()
+    proc = install_stopped_midway(signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    assert (MMVDIR.parent / ".pmda-mmv-undo").is_dir()
+    assert "interrupted install" in sh(CHECKOUT / "Remove")
+    assert not (MMVDIR.parent / ".pmda-mmv-undo").exists()
+    assert_stock_back(stock, before)
