@@ -99,7 +99,7 @@ def test_pmda_parser_is_the_one_the_agent_parses_with(monkeypatch: pytest.Monkey
 
 def test_the_page_renders_without_warnings() -> None:
     man = shutil.which("man")
-    assert man, "man-db is needed to check the page"
+    assert man, "man-db is needed to check the page (scripts/setup --test installs it)"
     done = subprocess.run(
         [man, "--warnings", "-l", str(MANPAGE)],
         capture_output=True,

@@ -1,12 +1,14 @@
 """The packaging's promises that need no pmcd: scripts/demo installs no test-only Debian
-package (scripts/setup without --test), scripts/test and CI ask for them, and the Debian
-package depends on Debian's own python3-pcp, python3-watchdog and python3-psutil."""
+package (scripts/setup without --test), scripts/test and CI ask for them, the test tools
+carry the build backend, and the Debian package depends on Debian's own python3-pcp,
+python3-watchdog and python3-psutil."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import subprocess
+import tomllib
 
 from tests.support.pmcd import CHECKOUT
 
@@ -38,12 +40,22 @@ def test_demo_installs_no_test_only_package() -> None:
         "libpcp-mmv-perl",
         "libpcp-mmv1-dev",
         "prometheus",
+        "man-db",
     } == set(test_only)
     assert not set(runtime) & set(test_only)
     (demo,) = setup_calls("scripts/demo")
     assert "--test" not in demo
     for path in ("scripts/test", ".ci/run"):
         assert any("--test" in call for call in setup_calls(path)), path
+
+
+def test_the_test_tools_carry_the_build_backend() -> None:
+    """The wheel test builds offline (--no-build-isolation) with the venv's own backend, and
+    a venv of Python 3.12 or later starts without setuptools: `.[test]` installs it."""
+    project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())
+    backend = project["build-system"]["requires"]
+    assert backend
+    assert set(backend) <= set(project["project"]["optional-dependencies"]["test"])
 
 
 def test_setup_refuses_unknown_arguments() -> None:
