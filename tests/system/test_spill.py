@@ -25,6 +25,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.registry import Registry
+from pmda_mmv.namespace.served import FileEntry
 from pmda_mmv.namespace.spill import SPILL_CAP, fnv1a32
 from tests.support import mmvbuild as mb
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, make_dir, our_agent, registry_dir
@@ -270,18 +271,12 @@ def test_spill_clusters_are_another_files_never(tmp_path: Path) -> None:
 def test_processes_of_one_application_still_share_their_cluster(tmp_path: Path) -> None:
     """NOPREFIX files of one owner and cluster (PCP QA 648) share it with spilled metrics
     too: the first file serves the spilled name, the later one's is refused (a problem)."""
-    c = Catalogue()
-    entries = []
+    builders = {}
     for name in ("p1", "p2"):
-        b = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
+        b = builders[name] = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
         b.metrics += [mb.Metric("app.a", 1), mb.Metric("app.big", 2000)]
         b.values += [mb.Value("app.a", None, 1), mb.Value("app.big", None, 2)]
-        b.build().write(tmp_path / name)
-        with MmvFile.open(str(tmp_path / name), name=name) as mf:
-            entry = c.add(mf)
-            assert entry is not None
-            entries.append(entry)
-    p1, p2 = entries
+    p1, p2 = _catalogued(tmp_path, builders)
     assert p1.cluster == p2.cluster == 40
     assert [sm.name for sm in p1.metrics] == ["mmv.app.a", "mmv.app.big"]
     assert [sm.name for sm in p2.metrics] == ["mmv.app.a"]
@@ -324,18 +319,12 @@ def test_a_name_defined_twice_does_not_keep_writers_of_one_application_apart(
 ) -> None:
     """NOPREFIX files of one owner and cluster (PCP QA 648) still share it when the later
     one defines a shared name twice: its later entry is refused, not counted against it."""
-    c = Catalogue()
-    entries = []
+    builders = {}
     for name, items in (("p1", (1,)), ("p2", (1, 2))):
-        b = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
+        b = builders[name] = mb.MmvBuilder(version=2, cluster=40, flags=layout.FLAG_NOPREFIX)
         b.metrics += [mb.Metric("app.a", item) for item in items]
         b.values.append(mb.Value("app.a", None, 1))
-        b.build().write(tmp_path / name)
-        with MmvFile.open(str(tmp_path / name), name=name) as mf:
-            entry = c.add(mf)
-            assert entry is not None
-            entries.append(entry)
-    p1, p2 = entries
+    p1, p2 = _catalogued(tmp_path, builders)
     assert p1.cluster == p2.cluster == 40
     assert [(sm.name, sm.cluster, sm.item) for sm in p2.metrics] == [("mmv.app.a", 40, 1)]
     first, later = (sm.offset for sm in p2.mf.metrics)
@@ -626,3 +615,15 @@ def test_a_fuzzed_file_defining_spilled_names_twice_serves_each_pmid_once(
     for s in verdict["spills"]:
         assert ids[s["name"]] == s["pmid"]
     assert len({s["pmid"] for s in verdict["spills"]}) == len(verdict["spills"]) > 1
+
+
+def _catalogued(tmp_path: Path, builders: dict[str, mb.MmvBuilder]) -> list[FileEntry]:
+    """Each builder's file written under its name and added, in order, to one catalogue."""
+    c, entries = Catalogue(), []
+    for name, b in builders.items():
+        b.build().write(tmp_path / name)
+        with MmvFile.open(str(tmp_path / name), name=name) as mf:
+            entry = c.add(mf)
+            assert entry is not None
+            entries.append(entry)
+    return entries
