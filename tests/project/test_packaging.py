@@ -41,6 +41,7 @@ def test_demo_installs_no_test_only_package() -> None:
         "libpcp-mmv1-dev",
         "prometheus",
         "man-db",
+        "curl",
     } == set(test_only)
     assert not set(runtime) & set(test_only)
     (demo,) = setup_calls("scripts/demo")
