@@ -127,7 +127,12 @@ def test_prometheus_scrapes_the_states_the_counts_and_the_family_total(
     with Pmproxy(private_dir / "pmproxy", 0, pmcd_port=pmcd.port) as proxy:
         (curl,) = shown("curl ")
         text = run(shlex.split(curl.replace("localhost:44322", f"127.0.0.1:{proxy.port}")))
-        assert "mmv_control_file_state_code{hostname=" in text, text
+        # each sample line carries its labels (their order differs between PCP versions)
+        codes = re.findall(
+            r'^mmv_control_file_state_code\{.*instname="([^"]+)".*\} (\d+)$', text, re.M
+        )
+        ok, refused = str(STATES.index(OK)), str(STATES.index(REFUSED))
+        assert sorted(codes) == [("app_w0", ok), ("app_w1", ok), ("client-123", refused)], text
         assert "mmv_control_file_state{" not in text  # a string: left out
         with Prometheus(private_dir / "prometheus", scrape_config(proxy.port)) as prom:
             prom.wait_for('mmv_control_file_state_code{instname="client-123"}')
