@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from pmda_mmv.directory.entries import Entries, Opened
+from pmda_mmv.directory.entrytable import Entries, Opened
 from pmda_mmv.directory.filestate import (
     EXITED,
     NO_WRITER,

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from pmda_mmv.directory.containers import Containers
-from pmda_mmv.directory.entries import Entries
+from pmda_mmv.directory.entrytable import Entries
 from pmda_mmv.directory.filestate import (
     ALL,
     EXITED,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Metric
+from pmda_mmv.mmvfile.parsed import Metric
 
 INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1

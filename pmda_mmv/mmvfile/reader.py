@@ -23,11 +23,11 @@ from typing import Final
 
 from pmda_mmv.mmvfile import decode, layout
 from pmda_mmv.mmvfile.decode import MISSING, Decoder, Snapshot
-from pmda_mmv.mmvfile.entries import Instance, Label, Metric
 from pmda_mmv.mmvfile.errors import Changed, NotReady, Refused
 from pmda_mmv.mmvfile.opener import NotRegular, open_regular
 from pmda_mmv.mmvfile.parse import parse
 from pmda_mmv.mmvfile.parse.header import read_header
+from pmda_mmv.mmvfile.parsed import Instance, Label, Metric
 
 DEFAULT_MAX_SIZE: Final = 64 << 20
 """Largest file accepted by default (bytes): 64 MiB, about 2 million values; the largest real

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Label, Metric
+from pmda_mmv.mmvfile.parsed import Label, Metric
 
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 

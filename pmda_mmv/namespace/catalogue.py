@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Instance
 from pmda_mmv.mmvfile.errors import Problem
+from pmda_mmv.mmvfile.parsed import Instance
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import first_named, merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill

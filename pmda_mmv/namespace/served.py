@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Indom, Metric
 from pmda_mmv.mmvfile.errors import Problem
+from pmda_mmv.mmvfile.parsed import Indom, Metric
 from pmda_mmv.mmvfile.reader import MmvFile
 
 # PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.

@@ -12,13 +12,13 @@ of :mod:`pmda_mmv.mmvfile.layout`.
 from __future__ import annotations
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Toc
 from pmda_mmv.mmvfile.parse import header as _header
 from pmda_mmv.mmvfile.parse.indoms import indoms
 from pmda_mmv.mmvfile.parse.labels import index_labels, labels
 from pmda_mmv.mmvfile.parse.metrics import metric_slots, metrics
 from pmda_mmv.mmvfile.parse.state import Parsed, State
 from pmda_mmv.mmvfile.parse.values import value_span, values
+from pmda_mmv.mmvfile.parsed import Toc
 
 __all__ = ["parse"]
 

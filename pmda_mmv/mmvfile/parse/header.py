@@ -4,9 +4,9 @@ file; a TOC entry whose section is out of range or overlaps another is skipped."
 from __future__ import annotations
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Header, Toc
 from pmda_mmv.mmvfile.errors import NotReady, Refused
 from pmda_mmv.mmvfile.parse.state import State
+from pmda_mmv.mmvfile.parsed import Header, Toc
 
 H = layout.HEADER.at
 """Field offsets of the header (it is at offset 0)."""

@@ -6,9 +6,9 @@ name, is skipped and recorded."""
 from __future__ import annotations
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Indom, Instance, Toc
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import cstring, help_text, string
+from pmda_mmv.mmvfile.parsed import Indom, Instance, Toc
 
 D = layout.INDOM.at
 """Field offsets of an indom entry."""

@@ -6,9 +6,9 @@ into more labels than libpcp accepts."""
 from __future__ import annotations
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Label, Toc
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import cstring
+from pmda_mmv.mmvfile.parsed import Label, Toc
 from pmda_mmv.mmvfile.rules import label_problem, label_set_problem
 
 L = layout.LABEL.at

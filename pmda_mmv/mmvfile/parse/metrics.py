@@ -11,10 +11,10 @@ from array import array
 from typing import Any
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Metric, Toc
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import cstring, help_text, string
+from pmda_mmv.mmvfile.parsed import Metric, Toc
 from pmda_mmv.mmvfile.rules import name_problem
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Header, Indom, Label, Metric, Toc
 from pmda_mmv.mmvfile.errors import Corrupt, unlisted
 from pmda_mmv.mmvfile.parse.ranges import Ranges
+from pmda_mmv.mmvfile.parsed import Header, Indom, Label, Metric, Toc
 
 
 @dataclass(slots=True)

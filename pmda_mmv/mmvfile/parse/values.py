@@ -7,9 +7,9 @@ from __future__ import annotations
 from array import array
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.mmvfile.entries import Metric, Toc
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import string, string_ok
+from pmda_mmv.mmvfile.parsed import Metric, Toc
 
 V = layout.VALUE.at
 """Field offsets of a value entry."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.directory.entries import Entries
+from pmda_mmv.directory.entrytable import Entries
 from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED, UNSEEN
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources

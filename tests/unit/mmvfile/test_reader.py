@@ -15,8 +15,8 @@ import pytest
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
-from pmda_mmv.mmvfile.entries import Label as EntryLabel
 from pmda_mmv.mmvfile.errors import Changed, Corrupt, MmvError, NotReady, Refused
+from pmda_mmv.mmvfile.parsed import Label as EntryLabel
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import label_set_problem, merge_labels
 from tests.support import mmvbuild as mb
