@@ -16,7 +16,7 @@ import re
 import tempfile
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import Changed, MmvError
 from pmda_mmv.mmvfile.reader import MmvFile
@@ -175,7 +175,7 @@ def _companion() -> str:
 
 
 def _check_entry(entry: FileEntry) -> None:
-    if not 1 <= entry.cluster <= layout.MAX_CLUSTER:
+    if not 1 <= entry.cluster <= limits.MAX_CLUSTER:
         raise Finding(f"cluster {entry.cluster}")
     for si in entry.indoms.values():
         if not 0 < si.serial < 1 << 22:
@@ -185,7 +185,7 @@ def _check_entry(entry: FileEntry) -> None:
         _check_labels(si.labels, si.notes)
     names = set()
     for sm in entry.metrics:
-        if name_problem(sm.name) or sm.name in names or not 0 <= sm.item <= layout.MAX_ITEM:
+        if name_problem(sm.name) or sm.name in names or not 0 <= sm.item <= limits.MAX_ITEM:
             raise Finding(f"served metric {sm.name!r} item {sm.item}")
         names.add(sm.name)
         _check_labels(sm.labels, sm.notes)

@@ -15,12 +15,12 @@ from typing import Any, Final
 from pmda_mmv.directory.filestate import parse_owners
 from pmda_mmv.directory.resources import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Limits
 from pmda_mmv.directory.scanner import Scanner
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
-from pmda_mmv.namespace.served import Log
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ the installed libpcp for a feature wherever one shows the difference:
   needs nothing for them (the on-disk word is handed to pmcd bit for bit, and clients
   print it with their own libpcp); ``pmda-mmv check``/``dump`` print units with the
   installed ``pmUnitsStr`` too; only their fallback without python3-pcp
-  (:func:`pmda_mmv.mmvfile.layout.format_units`) ignores the extra units and prints PCP 7's names.
+  (:func:`pmda_mmv.mmvfile.pmunits.format_units`) ignores the extra units and prints PCP 7's names.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from pcp import pmapi
 from pcp.pmda import pmdaIndom, pmdaInstid, pmdaMetric
 
 from pmda_mmv.agent.pmidhash import PmHashCtl, PmidHashCount, locate
+from pmda_mmv.mmvfile.pcpdefs import PM_HASH_WALK_DELETE_NEXT
 
 LIBPCP: Final = pmapi.LIBPCP
 _LIBC: Final = ctypes.CDLL(None)
@@ -120,8 +121,6 @@ def count_scale_named() -> bool:
 
 
 # -- the PMID hash defect (pmidhash.py) ---------------------------------------------------
-
-PM_HASH_WALK_DELETE_NEXT: Final = 3  # libpcp.h __pmHashWalkState
 
 
 _WALK_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)

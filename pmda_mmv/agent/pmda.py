@@ -31,7 +31,7 @@ from pmda_mmv.directory import containers, fdlimit
 from pmda_mmv.directory.filestate import STATES, Changes
 from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import pmunits
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -282,7 +282,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
                 sm.type,
                 indom,
                 sm.semantics,
-                layout.units_bytes(sm.units),
+                pmunits.units_bytes(sm.units),
             )
             self._add(sm.name, desc, sm.oneline, sm.helptext)
 

@@ -34,9 +34,14 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Final, TypeGuard, TypeVar
+from typing import Any, Final, TypeGuard, TypeVar
 
-PMDA_EXT_FLAG_HASHED: Final = 1 << 1  # pmda.h
+from pmda_mmv.mmvfile.pcpdefs import PMDA_EXT_FLAG_HASHED
+
+
+def _typed(ctype: type[Any], names: str) -> list[tuple[str, type[Any]]]:
+    """``_fields_`` entries: each of the space-separated ``names`` of C type ``ctype``."""
+    return [(name, ctype) for name in names.split()]
 
 
 class PmdaInterfaceHead(ctypes.Structure):
@@ -55,20 +60,9 @@ class PmdaExtHead(ctypes.Structure):
 
     _fields_ = [
         ("e_flags", ctypes.c_uint),
-        ("e_ext", ctypes.c_void_p),
-        ("e_sockname", ctypes.c_void_p),
-        ("e_name", ctypes.c_void_p),
-        ("e_logfile", ctypes.c_void_p),
-        ("e_helptext", ctypes.c_void_p),
-        ("e_status", ctypes.c_int),
-        ("e_infd", ctypes.c_int),
-        ("e_outfd", ctypes.c_int),
-        ("e_port", ctypes.c_int),
-        ("e_singular", ctypes.c_int),
-        ("e_ordinal", ctypes.c_int),
-        ("e_direct", ctypes.c_int),
-        ("e_domain", ctypes.c_int),
-        ("e_nmetrics", ctypes.c_int),
+        *_typed(ctypes.c_void_p, "e_ext e_sockname e_name e_logfile e_helptext"),
+        *_typed(ctypes.c_int, "e_status e_infd e_outfd e_port e_singular e_ordinal e_direct"),
+        *_typed(ctypes.c_int, "e_domain e_nmetrics"),
     ]
 
 
@@ -76,10 +70,8 @@ class PmHashCtl(ctypes.Structure):
     """libpcp.h ``__pmHashCtl``."""
 
     _fields_ = [
-        ("nodes", ctypes.c_int),
-        ("hsize", ctypes.c_int),
-        ("hash", ctypes.c_void_p),
-        ("next", ctypes.c_void_p),
+        *_typed(ctypes.c_int, "nodes hsize"),
+        *_typed(ctypes.c_void_p, "hash next"),
         ("index", ctypes.c_uint),
     ]
 

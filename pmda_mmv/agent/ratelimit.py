@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-Log = Callable[[str], None]
+from pmda_mmv.mmvfile.pcpdefs import Log
 
 WINDOW: Final = 60.0
 PER_CAUSE: Final = 5

@@ -27,8 +27,6 @@ from pmda_mmv.agent.tables import (
     ERR_AGAIN,
     ERR_PMID,
     NO_VALUES,
-    PM_ERR_APPVERSION,
-    PM_IN_NULL,
     SINGULAR,
     Built,
     FileTable,
@@ -38,14 +36,14 @@ from pmda_mmv.agent.tables import (
     status_table,
 )
 from pmda_mmv.directory.filestate import Changes, FileState
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.pcpdefs import PM_ERR_APPVERSION, PM_IN_NULL, Log
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry, ServedIndom, ServedMetric
 
-Log = Callable[[str], None]
 HOLD: Final = 0.3
 """Seconds the files loaded while more wait in the scanner's queue may be held back from
 the tables (a removal is applied at once, with all that was held): each table change
@@ -353,7 +351,7 @@ class Serving:
             sms = self.catalogue.sources.get(((ident >> 10) & 0xFFF, ident & 0x3FF))
             return pick(sms[0].labels, sms[0].notes, notes) if sms else "{}"
         if ltype == layout.LABEL_INDOM:
-            sis = self.catalogue.indom_sources.get(ident & layout.MAX_SERIAL)
+            sis = self.catalogue.indom_sources.get(ident & limits.MAX_SERIAL)
             return pick(sis[0].labels, sis[0].notes, notes) if sis else "{}"
         return "{}"
 
@@ -361,7 +359,7 @@ class Serving:
         """Labels of an instance (unsigned id, as python3-pcp passes it), from the first
         file (in name order) that has it."""
         inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst
-        serial = indom & layout.MAX_SERIAL
+        serial = indom & limits.MAX_SERIAL
         owners = self.owners.get(serial)
         if owners is None:
             self.indom(serial)  # the owners of its instances, once per change

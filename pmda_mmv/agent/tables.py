@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from pmda_mmv.directory.filestate import FileState
 from pmda_mmv.mmvfile.decode import MISSING, NO_VALUE, UNSUPPORTED, Snapshot
+from pmda_mmv.mmvfile.pcpdefs import PM_ERR_AGAIN, PM_ERR_PMID, PM_ERR_VALUE, PM_IN_NULL
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 Values = dict[int, Any] | list[Any]
@@ -17,14 +18,6 @@ Built = tuple[Values, dict[int, Any]]
 Table = Callable[[], "Built | None"]
 """A PMID's table builder: (values, other results) by instance id, or None when no file
 serving it has a snapshot in this fetch (PM_ERR_AGAIN)."""
-
-# -- the PCP numbers this model answers with (pmapi.h; tests/unit/agent/test_serving.py
-#    compares them with python3-pcp's cpmapi)
-PM_ERR_PMID: Final = -12358
-PM_ERR_AGAIN: Final = -12389
-PM_ERR_VALUE: Final = -12351
-PM_ERR_APPVERSION: Final = -12350
-PM_IN_NULL: Final = 0xFFFFFFFF
 
 NO_VALUES: Final = None
 """An instance without a value: PMDA_FETCH_NOVALUE.  The client sees the same as for

@@ -14,7 +14,7 @@ file's ``{"pid", "agent_pid", "confirmed"[, "container", "cgroup"]}``, else null
 docs/spill.md: notes, not problems; the text lists as many as the report's line bound
 leaves room for).
 
-Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``layout.MAX_PROBLEMS``
+Bounded and terminal-safe, as ``dump`` (:mod:`~.dump`): at most ``limits.MAX_PROBLEMS``
 problems per file are listed (then one line counting the others), and every control and
 bidirectional character of a name, help text or label is escaped
 (:func:`~.rules.printable`; ``\\uXXXX`` in JSON).  Exit status: 0 when every file is
@@ -46,7 +46,7 @@ from pmda_mmv.directory.filestate import (
     ignore_reason,
     status_of,
 )
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.errors import Changed, MmvError, Problem, bounded
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
@@ -93,7 +93,7 @@ class Directory:
                 shown,
                 state.state,
                 state.problems,
-                conflicts=self._lost(path)[: layout.MAX_PROBLEMS],
+                conflicts=self._lost(path)[: limits.MAX_PROBLEMS],
             )
         mf = entry.mf
         status = state.state
@@ -104,7 +104,7 @@ class Directory:
         served = [m.name for m in entry.metrics]
         conflicts = self._cluster_lost(entry)
         conflicts += self._names_lost(mf, set(served), entry.cluster)
-        conflicts = conflicts[: layout.MAX_PROBLEMS]  # bounded, as the problems
+        conflicts = conflicts[: limits.MAX_PROBLEMS]  # bounded, as the problems
         writer = state.writer.as_dict() if state.writer is not None else None
         spills = [
             {"name": sm.name, "metric": sm.metric.name, "pmid": self._pmid(sm), "why": why}
@@ -224,7 +224,7 @@ def render_check(result: Doc) -> list[str]:
     n = sum(p.get("count", 1) for p in result["problems"])
     extra = f" ({n} problem{'s' if n != 1 else ''})" if n else ""
     lines = [f"{result['file']}: {result['status']}{extra}", *_problem_lines(result["problems"])]
-    room = max(layout.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
+    room = max(limits.MAX_PROBLEMS + 2 - n, 0)  # the report stays within MAX_PROBLEMS + 3 lines
     for c in result.get("conflicts", ())[:room]:
         if "cluster" in c and c.get("why"):
             lines.append(f"  cluster: {c['why']}")
@@ -241,7 +241,7 @@ def render_check(result: Doc) -> list[str]:
             f"  writer: process {writer['pid']} (PID {writer['agent_pid']} here), "
             f"container {writer['container']}"
         )
-    return lines + _spill_lines(result.get("spills", ()), layout.MAX_PROBLEMS + 3 - len(lines))
+    return lines + _spill_lines(result.get("spills", ()), limits.MAX_PROBLEMS + 3 - len(lines))
 
 
 def _spill_lines(spills: Sequence[Doc], room: int) -> list[str]:

@@ -6,7 +6,7 @@ shows.  ``--json`` prints one list with one object per file (see :func:`describe
 
 Bounded and terminal-safe as ``check`` (:mod:`~.verdict`); the same exit status.  Units
 are formatted as PCP's ``pmUnitsStr(3)`` does, through python3-pcp when it is installed
-and with :func:`~.layout.format_units` otherwise (:func:`~.pcpenv.units_text`), so the
+and with :func:`~.pmunits.format_units` otherwise (:func:`~.pcpenv.units_text`), so the
 command does not need python3-pcp.
 """
 
@@ -32,7 +32,7 @@ from pmda_mmv.commands.check import (
 from pmda_mmv.commands.dumptext import render_dump
 from pmda_mmv.commands.pcpenv import units_text
 from pmda_mmv.directory.filestate import OK, PARTIAL, status_of
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import generation, layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED, Snapshot
 from pmda_mmv.mmvfile.errors import Changed, MmvError
 from pmda_mmv.mmvfile.opener import open_regular, read_head
@@ -101,8 +101,8 @@ def _header_doc(
 
 
 def _created(g1: int) -> str | None:
-    """The creation time g1 encodes (:func:`~.layout.generation_time`), or None."""
-    seconds = layout.generation_time(g1, time.time())
+    """The creation time g1 encodes (:func:`~.generation.generation_time`), or None."""
+    seconds = generation.generation_time(g1, time.time())
     if seconds is None:
         return None
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import pmunits
 
 DEFAULT_TMP_DIR: Final = "/var/lib/pcp/tmp"
 
@@ -45,13 +45,13 @@ def _pcp_units_str() -> Callable[[int], str] | None:
         return None
 
     def units_str(word: int) -> str:
-        return str(pmapi.pmUnits.from_buffer_copy(layout.units_bytes(word)))
+        return str(pmapi.pmUnits.from_buffer_copy(pmunits.units_bytes(word)))
 
     return units_str
 
 
 def units_text(word: int) -> str:
     """``pmUnitsStr`` of ``word``: PCP's own when python3-pcp is installed, else
-    :func:`~.layout.format_units`; ``""`` for no units."""
+    :func:`~.pmunits.format_units`; ``""`` for no units."""
     pcp = _pcp_units_str()
-    return pcp(word) if pcp is not None else layout.format_units(word)
+    return pcp(word) if pcp is not None else pmunits.format_units(word)

@@ -22,7 +22,7 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import MmvError, NotReady
 from pmda_mmv.mmvfile.opener import open_regular, read_head
 from pmda_mmv.mmvfile.parse.header import read_header
-from pmda_mmv.namespace.served import Log
+from pmda_mmv.mmvfile.pcpdefs import Log
 
 RETRY_FIRST: Final = 0.05  # seconds before the second retry of a file not ready
 RETRY_MAX: Final = 4.0  # the longest a file not ready waits between retries

@@ -28,11 +28,12 @@ from pmda_mmv.directory.liveness import Writer, Writers
 from pmda_mmv.directory.resources import Inode, Resources
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Problem
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable, with_labels
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.indomserial import wanted_indoms
-from pmda_mmv.namespace.served import FileEntry, Log, remember
+from pmda_mmv.namespace.served import FileEntry, remember
 
 Opened = tuple[FileState, MmvFile, Writer | None, Inode | None]
 """A file one scan opened: its state, reader, live writer and inode."""

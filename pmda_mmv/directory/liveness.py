@@ -22,7 +22,7 @@ load (:meth:`Writers.open`):
   writer), the candidate that started last before the file was created, never the agent's
   own PID 1 (init) unless its maps show the file.
 * A live candidate that started more than PID_SLACK seconds after the file's creation
-  (:func:`~.layout.generation_time`) is not the writer but a reused PID.
+  (:func:`~.generation.generation_time`) is not the writer but a reused PID.
 
 Each verdict is one sentence (:class:`NoWriter`, :meth:`Writer.exited_reason`), the same in
 the agent's log, ``mmv.control.file.last_problem``, ``check`` and ``debug``.
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pmda_mmv.directory import procfs
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import generation, layout
 from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 
@@ -192,7 +192,7 @@ class Writers:
             raise NoWriter(f"writer PID {pid} is not a process ID")
         st = os.fstat(mf.fd)
         dev, ino = st.st_dev, st.st_ino
-        created = layout.generation_time(mf.header.g1, time.time())
+        created = generation.generation_time(mf.header.g1, time.time())
         fast = self._candidate(pid, dev, ino, None)
         if fast is not None and fast.holds and len(fast.nspid) == 1:
             return self._follow(fast, pid, created)

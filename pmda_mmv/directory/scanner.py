@@ -58,8 +58,9 @@ from pmda_mmv.directory.liveness import exit_problem, running
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources
 from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.served import FileEntry, Log
+from pmda_mmv.namespace.served import FileEntry
 
 BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64

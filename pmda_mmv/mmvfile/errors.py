@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +60,20 @@ def problem_count(problems: Iterable[Problem]) -> int:
 
 
 def bounded(problems: list[Problem], path: str) -> list[Problem]:
-    """At most :data:`~.layout.MAX_PROBLEMS` problems of the file at ``path``, then one
+    """At most :data:`~.limits.MAX_PROBLEMS` problems of the file at ``path``, then one
     summary counting the others (those a summary in ``problems`` stood for included)."""
     listed = [p for p in problems if p.count == 1]
     more = problem_count(problems) - len(listed)
-    if more == 0 and len(listed) <= layout.MAX_PROBLEMS:
+    if more == 0 and len(listed) <= limits.MAX_PROBLEMS:
         return problems
-    more += max(0, len(listed) - layout.MAX_PROBLEMS)
-    return [*listed[: layout.MAX_PROBLEMS], unlisted(path, more).problem]
+    more += max(0, len(listed) - limits.MAX_PROBLEMS)
+    return [*listed[: limits.MAX_PROBLEMS], unlisted(path, more).problem]
 
 
 def unlisted(path: str, count: int) -> Corrupt:
-    """The one problem standing for ``count`` problems past :data:`~.layout.MAX_PROBLEMS`."""
-    message = f"{count} more problems not listed (the first {layout.MAX_PROBLEMS} are)"
-    return Corrupt(path, "file", -1, message, layout.MAX_PROBLEMS, count=count)
+    """The one problem standing for ``count`` problems past :data:`~.limits.MAX_PROBLEMS`."""
+    message = f"{count} more problems not listed (the first {limits.MAX_PROBLEMS} are)"
+    return Corrupt(path, "file", -1, message, limits.MAX_PROBLEMS, count=count)
 
 
 class MmvError(Exception):

@@ -86,20 +86,12 @@ TOC: Final = Record("=IIQ", ("type", "count", "offset"))
 """type, count (int32 on disk, read unsigned as the reference does), offset."""
 TOC_SIZE: Final = TOC.size  # 16
 
-TOC_INDOMS: Final = 1
-TOC_INSTANCES: Final = 2
-TOC_METRICS: Final = 3
-TOC_VALUES: Final = 4
-TOC_STRINGS: Final = 5
-TOC_LABELS: Final = 6
-TOC_NAMES: Final = {
-    TOC_INDOMS: "indoms",
-    TOC_INSTANCES: "instances",
-    TOC_METRICS: "metrics",
-    TOC_VALUES: "values",
-    TOC_STRINGS: "strings",
-    TOC_LABELS: "labels",
-}
+# section types (mmv_toc_type_t), numbered 1 to 6 in this order
+TOC_INDOMS, TOC_INSTANCES, TOC_METRICS, TOC_VALUES, TOC_STRINGS, TOC_LABELS = range(1, 7)
+TOC_NAMES: Final = dict(
+    enumerate(("indoms", "instances", "metrics", "values", "strings", "labels"), start=1)
+)
+"""Section type -> its name as problems spell it."""
 
 # -- section entries -----------------------------------------------------------------------
 INDOM: Final = Record("=IIQQQ", ("serial", "count", "offset", "shorthelp", "longhelp"))
@@ -213,156 +205,11 @@ LABEL_CLUSTER: Final = 0x8
 LABEL_ITEM: Final = 0x10
 LABEL_INSTANCES: Final = 0x20
 LABEL_OPTIONAL: Final = 0x80
-LABEL_KINDS: Final = {
-    LABEL_INDOM: "indom",
-    LABEL_CLUSTER: "cluster",
-    LABEL_ITEM: "item",
-    LABEL_INSTANCES: "instances",
-}
-
-# -- limits of the C reference (mmv.c) -----------------------------------------------------
-MAX_ITEM: Final = 1023  # 10-bit PMID item; also the count limit of a METRICS section
-MAX_CLUSTER: Final = 4095  # 12-bit PMID cluster
-MAX_SERIAL: Final = (1 << 22) - 1  # 22-bit pmInDom serial; also an INDOMS count limit
-MAX_LABELS: Final = 255  # count limit of a LABELS section
-
-# -- limits of ours (bounded work per file) ------------------------------------------------
-MAX_TOCS: Final = 1024
-"""TOC entries accepted in one file; libpcp_mmv writes at most 6, other writers as few.
-More refuse the file (header.tocs), so no file makes its validation cost grow without end."""
-MAX_ENTRIES: Final = {
-    TOC_INDOMS: 10_000,
-    TOC_INSTANCES: 50_000,
-    TOC_METRICS: 4 * (MAX_ITEM + 1),
-    TOC_VALUES: 1 << 20,
-    TOC_LABELS: 16_384,
-}
-"""Entries of one kind accepted in one file, over all its sections (from the TOC counts,
-before any section is read): past one, the file is refused, so that no single file costs
-one request more than about a second to load and index, whatever it holds.  The values
-limit also bounds the value slots (metrics x instances of their indoms).  Real writers
-stay far below: libpcp_mmv's largest test files hold a few hundred instances; the
-benchmarks' largest file holds 1,000,000 values over 10,000 instances."""
-LOAD_COST: Final = {
-    TOC_INDOMS: 10.0,
-    TOC_INSTANCES: 5.0,
-    TOC_METRICS: 100.0,
-    TOC_VALUES: 0.6,
-    TOC_LABELS: 22.0,
-}
-"""What one entry of each kind costs a load at worst, in microseconds of the agent's work
-(parse, catalogue and python3-pcp's tables), measured on the reference machine (2 cores,
-docs/bounded.md): a metric over an indom of its own (its PCP indom and descriptor), an
-instance served, a value entry out of instance order (one at a time; in order they cost a
-third of it), an instance label.  Strings cost nothing here: they are read when used."""
-MAX_LOAD_COST: Final = 1_000_000
-"""Most a file's entries may cost to load, by :data:`LOAD_COST` (about a second at worst
-on the reference machine, half of it for files written in instance order): each entry kind
-at its own limit fits (1M values over 1,024 instances: 0.71M; 20 metrics x 50,000
-instances: 0.85M), a file at every limit at once (1.7M) does not, and is refused from its
-TOC counts before any section is read, so that no single load stalls a request for long."""
-MAX_PROBLEMS: Final = 32
-"""Problems recorded (and logged) per file load: the first ones, then one summary line
-with the count of the others."""
-
-# -- limits of libpcp (labels.c: a label set it accepts) -----------------------------------
-PM_MAXLABELS: Final = 255  # pmapi.h; libpcp refuses a set of this many labels or more
-
-# -- pmUnits word (native bitfields; little-endian bit positions) -------------------------
-
-
-def units_fields(word: int) -> tuple[int, int, int, int, int, int]:
-    """Split a pmUnits word into (dimSpace, dimTime, dimCount, scaleSpace, scaleTime,
-    scaleCount); dimensions and scaleCount are signed 4-bit fields (pmapi.h pmUnits)."""
-
-    def signed4(v: int) -> int:
-        return v - 16 if v & 0x8 else v
-
-    return (
-        signed4((word >> 28) & 0xF),
-        signed4((word >> 24) & 0xF),
-        signed4((word >> 20) & 0xF),
-        (word >> 16) & 0xF,
-        (word >> 12) & 0xF,
-        signed4((word >> 8) & 0xF),
+LABEL_KINDS: Final = dict(
+    zip(
+        (LABEL_INDOM, LABEL_CLUSTER, LABEL_ITEM, LABEL_INSTANCES),
+        ("indom", "cluster", "item", "instances"),
+        strict=True,
     )
-
-
-def units_word(
-    dim_space: int = 0,
-    dim_time: int = 0,
-    dim_count: int = 0,
-    scale_space: int = 0,
-    scale_time: int = 0,
-    scale_count: int = 0,
-) -> int:
-    """Inverse of :func:`units_fields`: pack a pmUnits word."""
-    return (
-        (dim_space & 0xF) << 28
-        | (dim_time & 0xF) << 24
-        | (dim_count & 0xF) << 20
-        | (scale_space & 0xF) << 16
-        | (scale_time & 0xF) << 12
-        | (scale_count & 0xF) << 8
-    )
-
-
-UNITS: Final = struct.Struct("=I")
-"""A pmUnits word as its 4 native bytes (what ``pmUnits.from_buffer_copy`` takes)."""
-
-
-def units_bytes(word: int) -> bytes:
-    """The 4 native bytes of a pmUnits word, bit for bit (pad / extra bits included)."""
-    return UNITS.pack(word & 0xFFFFFFFF)
-
-
-_SPACE: Final = ("byte", "Kbyte", "Mbyte", "Gbyte", "Tbyte", "Pbyte", "Ebyte", "Zbyte", "Ybyte")
-_TIME: Final = ("nanosec", "microsec", "millisec", "sec", "min", "hour")
-
-
-def format_units(word: int, count_scale_named: bool = True) -> str:
-    """A pmUnits word (the MMV metric ``dimension`` field) as ``pmUnitsStr(3)`` prints it,
-    e.g. ``"byte / sec"``, ``"count x 10^6 / hour"``; ``""`` for no units.  A count scale
-    without dimensions is ``"count x 10^6"`` as in PCP 7 (``count_scale_named``), ``"x
-    10^6"`` as in PCP 6.  The low 8 bits (pad; PCP 7.2's extraUnit/extraScale) are
-    ignored, as PCP 6 does.  The one rendering of units without libpcp."""
-    dspace, dtime, dcount, sspace, stime, scount = units_fields(word)
-    space = _SPACE[sspace] if sspace < len(_SPACE) else f"space-{sspace}"
-    time_ = _TIME[stime] if stime < len(_TIME) else f"time-{stime}"
-    count = {0: "count", 1: "count x 10"}.get(scount, f"count x 10^{scount}")
-    dims = ((dspace, space), (dtime, time_), (dcount, count))
-
-    def power(dim: int, name: str) -> str:
-        return name if abs(dim) == 1 else f"{name}^{abs(dim)}"
-
-    up = [power(d, n) for d, n in dims if d > 0]
-    down = [power(d, n) for d, n in dims if d < 0]
-    text = " ".join(up + (["/", *down] if down else []))
-    if text:
-        return text
-    alone = {0: "", 1: "x 10"}.get(scount, f"x 10^{scount}")
-    return f"count {alone}" if alone and count_scale_named else alone
-
-
-UNITS_ELAPSED: Final = units_word(dim_time=1, scale_time=1)
-"""ELAPSED metrics are served in microseconds (dimTime=1, scaleTime=PM_TIME_USEC)."""
-
-# -- generation numbers --------------------------------------------------------------------
-
-TIME_SINCE: Final = 946684800  # 2000-01-01: no MMV file was written before
-TIME_AHEAD: Final = 86400  # clocks may disagree by this much
-
-
-def generation_time(g1: int, now: float) -> float | None:
-    """When a file was created, read from its generation number, or None when the number
-    is not a time.  Writers disagree on the encoding, so it is decided by plausibility (a
-    time since 2000, at most a day after ``now``): libpcp_mmv (C, python3-pcp, Perl) writes
-    ``(tv_sec << 32) | tv_usec`` (microseconds below 10**6), Speed, Parfait and Hornet plain
-    Unix seconds; anything else (a counter) is no time.  The two readings cannot both be
-    plausible: the first is above 4 * 10**18."""
-    seconds, usec = g1 >> 32, g1 & 0xFFFFFFFF
-    if TIME_SINCE <= seconds <= now + TIME_AHEAD and usec < 1_000_000:
-        return seconds + usec / 1e6
-    if TIME_SINCE <= g1 <= now + TIME_AHEAD:
-        return float(g1)
-    return None
+)
+"""Label flag -> the kind of label set it marks, as problems spell it."""

@@ -7,7 +7,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import generation, layout
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +36,9 @@ class Header:
 
     @property
     def created(self) -> float | None:
-        """Creation time read from g1 (:func:`~.layout.generation_time`), in seconds since
+        """Creation time read from g1 (:func:`~.generation.generation_time`), in seconds since
         the epoch; None when g1 is no time (writers that count generations)."""
-        return layout.generation_time(self.g1, time.time())
+        return generation.generation_time(self.g1, time.time())
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import pcpdefs
 from pmda_mmv.mmvfile.parsed import Label, Metric
 
 _NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
@@ -117,13 +117,13 @@ def label_set_problem(labels: Iterable[Label]) -> str | None:
     JSON length limit (PM_MAXLABELJSONLEN, 65535) cannot be reached first: a name costs at
     most its 244-byte payload, and 254 of them take under 62,000 bytes."""
     labels = list(labels)
-    if sum(len(lb.payload) for lb in labels) < _MIN_LABEL_TEXT * layout.PM_MAXLABELS:
+    if sum(len(lb.payload) for lb in labels) < _MIN_LABEL_TEXT * pcpdefs.PM_MAXLABELS:
         return None  # too little text to hold that many labels: not parsed again
     for merged in _merged(labels):
         count = _label_count(merged)
-        if count >= layout.PM_MAXLABELS:
+        if count >= pcpdefs.PM_MAXLABELS:
             return (
-                f"they merge into {count} labels, libpcp accepts at most {layout.PM_MAXLABELS - 1}"
+                f"they merge into {count} labels, libpcp accepts at most {pcpdefs.PM_MAXLABELS - 1}"
             )
     return None
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.parsed import Instance
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import first_named, merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill
@@ -47,7 +48,6 @@ from pmda_mmv.namespace.nametree import NameTree
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import (
     FileEntry,
-    Log,
     ServedIndom,
     ServedMetric,
     link,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.registryfile import Key, describe
-from pmda_mmv.namespace.served import Log
 
 
 class Clusters:
@@ -156,7 +156,7 @@ class Clusters:
         # N departed names' clusters cost N steps, not N^2 / 2)
         first = max(self._taken_below, self._free_below)
         fallback = None
-        for c in range(first, layout.MAX_CLUSTER + 1):
+        for c in range(first, limits.MAX_CLUSTER + 1):
             if c in taken or registry.cluster_held(c):
                 continue
             if fallback is None:
@@ -165,7 +165,7 @@ class Clusters:
                 return c
         if fallback is not None:
             return fallback
-        self._free_below = layout.MAX_CLUSTER + 1
+        self._free_below = limits.MAX_CLUSTER + 1
         evicted = registry.evict_cluster(lambda c: c not in taken)
         if evicted is None:
             return None

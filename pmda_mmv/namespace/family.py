@@ -31,28 +31,26 @@ import fnmatch
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.decode import Snapshot
 from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL, PM_SEM_COUNTER, Log
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registryfile import FAMILY, Key
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
-PM_SEM_COUNTER: Final = 1
-PM_IN_NULL: Final = 0xFFFFFFFF
 PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
 """Summed 32-bit metrics are served as 64-bit: 200 members' sum overflows 32 bits."""
 RECENT: Final = 1024
 """Departed members whose credited counts are kept, to be taken back when the same
 file (name and generation) is served again (a reload, not a restart)."""
 
-Log = Callable[[str], None]
 Counts = dict[str, dict[int, float]]
 Values = dict[int, Any] | list[Any]
 
@@ -335,7 +333,7 @@ def _show(at: int, value: Any) -> str:
     if FIELDS[at] == "type":
         return layout.TYPE_NAMES.get(value, str(value))
     if FIELDS[at] == "units":
-        return f"{layout.format_units(value)!r}"
+        return f"{pmunits.format_units(value)!r}"
     if FIELDS[at] == "instances":
         return "[" + ", ".join(f"{i} {n!r}" for i, n in (value or ())) + "]"
     return str(value)

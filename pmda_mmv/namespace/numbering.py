@@ -17,9 +17,9 @@ import hashlib
 from collections.abc import Container
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import limits
 
-INDOM_MASK: Final = layout.MAX_SERIAL
+INDOM_MASK: Final = limits.MAX_SERIAL
 """PCP indom serials are 22 bits; serial 0 is the agent's own (the status indom)."""
 AGENT_SERIALS: Final = frozenset({0, 1})
 """The PCP indom serials the agent serves its own indoms under (the status indom and the

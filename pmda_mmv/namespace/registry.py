@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.namespace import registryjournal
 from pmda_mmv.namespace.registryfile import (
     MAX_BYTES,
@@ -55,8 +56,6 @@ OWNERS: Final = 8
 another's (the owner who has departed the most first)."""
 SUFFIX: Final = ".mmv-identity.json"
 NONE: Final = ("", "none")  # the --registry values of a registry in memory only
-
-Log = Callable[[str], None]
 
 
 def default_path(var_dir: str, domain: int) -> str:

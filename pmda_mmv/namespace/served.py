@@ -8,25 +8,22 @@ metrics and indoms; :mod:`~.catalogue` makes them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.errors import Problem
 from pmda_mmv.mmvfile.parsed import Indom, Metric
+from pmda_mmv.mmvfile.pcpdefs import PM_SEM_COUNTER, PM_TYPE_64
 from pmda_mmv.mmvfile.reader import MmvFile
 
-# PCP numbers used in descriptors (pmapi.h); the MMV type codes equal PM_TYPE_* but ELAPSED.
-PM_TYPE_64: Final = 2
-PM_SEM_COUNTER: Final = 1
 CONTROL_CLUSTER: Final = 0
 REMEMBERED: Final = 10_000
 """Departed files whose cluster (and status instance id) are kept, so that a file coming
 back under its name keeps its PMIDs; beyond this many the oldest are forgotten (a directory
 of files named by PID would otherwise grow these tables by ~200 bytes per name, forever)."""
 
-Log = Callable[[str], None]
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -168,7 +165,7 @@ def unlink(table: dict[K, list[F]], key: K, item: F) -> bool:
 def served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:
     if m.type == layout.TYPE_ELAPSED:
         return ServedMetric(
-            name, cluster, m.item, PM_TYPE_64, PM_SEM_COUNTER, layout.UNITS_ELAPSED, indom, m
+            name, cluster, m.item, PM_TYPE_64, PM_SEM_COUNTER, pmunits.UNITS_ELAPSED, indom, m
         )
     sem = m.semantics or PM_SEM_COUNTER
     return ServedMetric(name, cluster, m.item, m.type, sem, m.dimension, indom, m)

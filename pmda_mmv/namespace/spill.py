@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 
-SPILL_CAP: Final = 2 * layout.MAX_ENTRIES[layout.TOC_METRICS]
+SPILL_CAP: Final = 2 * limits.MAX_ENTRIES[layout.TOC_METRICS]
 """Spilled metric names remembered per file (present ones always): past this the oldest
 departed names are forgotten, and their PMIDs may be given again."""
-ITEMS: Final = layout.MAX_ITEM + 1
+ITEMS: Final = limits.MAX_ITEM + 1
 
 
 def fnv1a32(data: bytes) -> int:
@@ -52,7 +52,7 @@ def place(
     for name in wanted:
         if name in spills:
             continue
-        home = fnv1a32(name.encode("utf-8", "surrogateescape")) & layout.MAX_ITEM
+        home = fnv1a32(name.encode("utf-8", "surrogateescape")) & limits.MAX_ITEM
         cluster = next((c for c in order if len(used[c]) < ITEMS), None)
         if cluster is None:
             cluster = free_cluster()

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from pmda_mmv.agent.serving import Serving
-from pmda_mmv.agent.tables import PM_IN_NULL
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families

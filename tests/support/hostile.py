@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from tests.support.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value
 
 Population = Callable[[Path], list[Path]]
@@ -151,14 +151,14 @@ def instance_labels(directory: Path, instances: int, labels: int) -> list[Path]:
 def _labels_in_sections(b: MmvBuilder, labels: list[Label]) -> None:
     """Give ``b`` these labels: the first MAX_LABELS in its own LABELS section, the others in
     more sections of at most MAX_LABELS, listed in the TOC and packed in the tail."""
-    b.labels = labels[: layout.MAX_LABELS]
-    rest = labels[layout.MAX_LABELS :]
+    b.labels = labels[: limits.MAX_LABELS]
+    rest = labels[limits.MAX_LABELS :]
     if not rest:
         return
-    at = len(b.build().data) + -(-len(rest) // layout.MAX_LABELS) * layout.TOC_SIZE
+    at = len(b.build().data) + -(-len(rest) // limits.MAX_LABELS) * layout.TOC_SIZE
     tail = bytearray()
-    for k in range(0, len(rest), layout.MAX_LABELS):
-        chunk = rest[k : k + layout.MAX_LABELS]
+    for k in range(0, len(rest), limits.MAX_LABELS):
+        chunk = rest[k : k + limits.MAX_LABELS]
         b.extra_toc.append((layout.TOC_LABELS, len(chunk), at + len(tail)))
         for lab in chunk:
             payload = str(lab.payload).encode()
@@ -226,7 +226,7 @@ def _named(
 
 def big_files(directory: Path, count: int, metrics: int, instances: int) -> list[Path]:
     """``count`` valid files of ``metrics`` x ``instances`` values each, written by
-    libpcp_mmv (80 x 12,000 is about 30 MiB, under layout.MAX_ENTRIES), all at once."""
+    libpcp_mmv (80 x 12,000 is about 30 MiB, under limits.MAX_ENTRIES), all at once."""
     from tests.support.writers.libpcp_mmv import Registry, library
 
     lib = library()
@@ -281,7 +281,7 @@ def hard_links(directory: Path, links: int, metrics: int, instances: int) -> lis
 
 def past_limits(directory: Path) -> list[Path]:
     """Valid files written by libpcp_mmv just past the per-file entry limits
-    (layout.MAX_ENTRIES), refused from their TOC: 21 metrics x 50,000 instances (values)
+    (limits.MAX_ENTRIES), refused from their TOC: 21 metrics x 50,000 instances (values)
     and one metric over 50,001 instances (instances)."""
     paths = []
     for name, metrics, instances in (("values", 21, 50_000), ("instances", 1, 50_001)):
@@ -338,7 +338,7 @@ def every_limit(
     counts: tuple[int, int, int, int, int] = (10_000, 50_000, 4096, 25, 16_384),
     mtype: int = layout.TYPE_STRING,
 ) -> list[Path]:
-    """One valid version 3 file at every per-file entry limit at once (layout.MAX_ENTRIES):
+    """One valid version 3 file at every per-file entry limit at once (limits.MAX_ENTRIES):
     10,000 indoms and 50,000 instances (one indom of 40,001, the others of one each), 4,096
     STRING metrics (items 1 to 1,023 four times over: three quarters of them spill), 25 of
     them over the big indom, the others over one small indom each (the indoms past them
@@ -351,7 +351,7 @@ def every_limit(
     first = instances - (indoms - 1)  # instances of indom 1
     sizes = [first] + [1] * (indoms - 1)
     nvalues = big * first + (metrics - big)
-    nlabel_tocs = -(-labels // layout.MAX_LABELS)
+    nlabel_tocs = -(-labels // limits.MAX_LABELS)
     strings = metrics + instances + 1  # names, instance names, the one value string
     tocs = 5 + nlabel_tocs
     at = layout.HEADER_SIZE + tocs * layout.TOC_SIZE
@@ -366,7 +366,7 @@ def every_limit(
         sections.append((kind, count, at))
         at += count * size
     for k in range(nlabel_tocs):
-        count = min(layout.MAX_LABELS, labels - k * layout.MAX_LABELS)
+        count = min(limits.MAX_LABELS, labels - k * limits.MAX_LABELS)
         sections.append((layout.TOC_LABELS, count, at))
         at += count * layout.LABEL.size
     data = bytearray(at)
@@ -393,14 +393,14 @@ def every_limit(
     for j in range(metrics):
         here, text, indom = m_at + j * 48, next(string), 0 if j < big else j - big + 1
         data[text : text + 8] = f"m{j}".encode().ljust(8, b"\0")
-        item = j % layout.MAX_ITEM + 1
+        item = j % limits.MAX_ITEM + 1
         layout.METRIC_V2.pack_into(data, here, text, item, mtype, 3, 0, indom + 1, 0, 0)
         values += b"".join(layout.VALUE.pack(b"", one, here, i) for i in instance_at[indom])
     data[v_at : v_at + len(values)] = values
     for k in range(labels):
-        toc_at = sections[5 + k // layout.MAX_LABELS][2]
+        toc_at = sections[5 + k // limits.MAX_LABELS][2]
         payload = json.dumps({"row": k}).encode()
-        at = toc_at + (k % layout.MAX_LABELS) * layout.LABEL.size
+        at = toc_at + (k % limits.MAX_LABELS) * layout.LABEL.size
         layout.LABEL.pack_into(data, at, layout.LABEL_INSTANCES, 1, k, payload)
     path = directory / name
     path.write_bytes(data)

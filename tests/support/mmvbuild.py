@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
 
 Raw = dict[str, Any]
 
@@ -455,7 +455,7 @@ def sample(version: int = 1, labels: bool | None = None) -> MmvBuilder:
                     item,
                     mtype,
                     layout.SEM_INSTANT,
-                    layout.units_word(dim_count=1),
+                    pmunits.units_word(dim_count=1),
                     3 if multi else None,
                     f"{name} short",
                     f"{name} long",
@@ -504,8 +504,8 @@ def dead_pid() -> int:
 
 # -- real writers ---------------------------------------------------------------------------
 
-COUNT = layout.units_word(dim_count=1)
-MSEC = layout.units_word(dim_time=1, scale_time=2)
+COUNT = pmunits.units_word(dim_count=1)
+MSEC = pmunits.units_word(dim_time=1, scale_time=2)
 
 
 @dataclass

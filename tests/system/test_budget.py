@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.agent.ratelimit import PER_CAUSE
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from tests.support import hostile, mmvbuild
 from tests.support.commands import assert_terminal_safe, pmda_mmv
 from tests.support.served import Served, serve
 
 LOG_GROWTH = 1 << 20  # bytes the agent's log may grow by per attack
-REPORT_LINES = layout.MAX_PROBLEMS + 3  # check: status line, problems, summary
+REPORT_LINES = limits.MAX_PROBLEMS + 3  # check: status line, problems, summary
 
 
 @pytest.fixture(scope="module")

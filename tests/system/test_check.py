@@ -27,7 +27,7 @@ import pytest
 
 from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.commands import dump
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.rules import printable
 from tests.support import hostile, mmvbuild
 from tests.support.mmvbuild import Metric, MmvBuilder, Value, sample
@@ -191,9 +191,9 @@ def compare(directory: Path, results: list[check_cmd.Doc], agent: Served) -> lis
             bad.append(f"{where}: check {status}, agent {agent.state.get(inst)}")
             continue
         count = agent.problems[inst]
-        if len(problems) != min(count, layout.MAX_PROBLEMS + 1):
+        if len(problems) != min(count, limits.MAX_PROBLEMS + 1):
             bad.append(f"{where}: check {len(problems)} problems, agent {count}")
-        if count <= layout.MAX_PROBLEMS and problems:
+        if count <= limits.MAX_PROBLEMS and problems:
             last = printable(problems[-1]["message"])
             if not agent.last[inst].endswith(last):
                 bad.append(f"{where}: check's reason {last!r}, agent's {agent.last[inst]!r}")

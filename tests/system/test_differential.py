@@ -34,7 +34,7 @@ import pytest
 
 from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands.check import judge
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
 from tests.support import mmvbuild
 from tests.support.normalize import (
     BAD_INDOM,
@@ -69,7 +69,7 @@ CLIENT_ENV = {k: v for k, v in os.environ.items() if k not in ("PMCD_HOST", "PMC
 
 # ---- real writers: libpcp_mmv's registry API (tests.support.writers.libpcp_mmv) ------------
 
-NONE_UNITS, COUNT = 0, layout.units_word(dim_count=1)
+NONE_UNITS, COUNT = 0, pmunits.units_word(dim_count=1)
 U32, I32, U64, FLOAT, DOUBLE = (
     layout.TYPE_U32,
     layout.TYPE_I32,

@@ -21,7 +21,7 @@ from pmda_mmv.agent import pcpcompat
 from pmda_mmv.agent.options import parse_args
 from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, loadcost, pmunits
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.parse import strings
 from pmda_mmv.mmvfile.parse.state import State
@@ -45,7 +45,7 @@ def test_a_file_at_every_limit_at_once_never_stalls_a_good_file(served: Served) 
     indoms, 50,000 instances, 4,096 STRING metrics, 1M values sharing one string, 16,384
     instance labels) renamed into the directory, three times: its load took one request
     ~2 s here (~4 s a lookup in the issue).  Its entries' load cost is now past
-    layout.MAX_LOAD_COST: refused from its TOC, naming the cost, every good request quick."""
+    loadcost.MAX_LOAD_COST: refused from its TOC, naming the cost, every good request quick."""
     outside = served.dir.parent
     (made,) = hostile.every_limit(outside)
     client = Client(served.pmcd, GOOD)
@@ -97,7 +97,7 @@ def test_a_file_at_every_limit_is_refused_by_its_load_cost(tmp_path: Path) -> No
     with pytest.raises(Refused) as info:
         MmvFile.open(str(path))
     assert time.monotonic() - started < QUICK  # from the TOC, no section read
-    assert info.value.limit == layout.MAX_LOAD_COST and info.value.field == "toc"
+    assert info.value.limit == loadcost.MAX_LOAD_COST and info.value.field == "toc"
     assert "1004096 values" in info.value.message and "cost" in info.value.message
 
 
@@ -200,7 +200,7 @@ def test_a_served_metric_s_pmda_metric_is_one_object() -> None:
     zeroed object (the agent's RSS per name, 100 files x 1,000 names: 2,382 -> 2,085).
     Traced bytes per metric, python3-pcp's and ours: 476 and 177 on Debian 12, 461 and 169
     on 13, 493 and 201 on sid (Python 3.14): less than half, whatever the version."""
-    units = layout.units_bytes(layout.units_word(dim_space=1, scale_space=2) | 0x5)
+    units = pmunits.units_bytes(pmunits.units_word(dim_space=1, scale_space=2) | 0x5)
     theirs = pmdaMetric(0x11800401, 3, 0x11800001, 1, pmUnits.from_buffer_copy(units))
     ours = pcpcompat.metric(0x11800401, 3, 0x11800001, 1, units)
     assert bytes(ours) == bytes(theirs) and ours.m_user is None

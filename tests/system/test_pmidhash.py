@@ -24,7 +24,6 @@ import pytest
 from pmda_mmv.agent import pcpcompat
 from pmda_mmv.agent.pmidhash import (
     NODES,
-    PMDA_EXT_FLAG_HASHED,
     EExtHead,
     PmdaExtHead,
     PmdaInterfaceHead,
@@ -32,6 +31,7 @@ from pmda_mmv.agent.pmidhash import (
     writable_regions,
 )
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.pcpdefs import PMDA_EXT_FLAG_HASHED
 from tests.support.mmvbuild import Metric, MmvBuilder, Value
 from tests.support.pmcd import PrivatePmcd, our_agent
 

@@ -28,7 +28,7 @@ import pytest
 import pmda_mmv
 from pmda_mmv.commands import prune
 from pmda_mmv.directory.liveness import PID_SLACK
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import generation, layout
 from pmda_mmv.mmvfile.reader import MmvFile
 from tests.support.mmvbuild import sample
 from tests.support.pmcd import PrivatePmcd, make_dir, our_agent
@@ -120,7 +120,7 @@ def set_pid(path: Path, pid: int) -> None:
 def created(path: Path) -> float:
     """When ``path`` was created, from its generation number (as the agent reads it)."""
     g1 = struct.unpack_from("=Q", path.read_bytes(), layout.HEADER.at["g1"])[0]
-    when = layout.generation_time(g1, time.time())
+    when = generation.generation_time(g1, time.time())
     assert when is not None
     return when
 

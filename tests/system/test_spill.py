@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.registry import Registry
@@ -309,7 +309,7 @@ def test_a_name_defined_twice_is_served_once_the_first_entry(
         assert [str(p) for p in entry.problems] == [
             f"{path}: metrics at offset {later}: {why}, metric not served"
         ]
-        spilled = items[0] > layout.MAX_ITEM
+        spilled = items[0] > limits.MAX_ITEM
         assert (entry.metrics[0].cluster != entry.cluster) == spilled
         assert list(entry.spills) == (["dup.m"] if spilled else [])
 
@@ -351,7 +351,7 @@ def test_spilled_names_remembered_are_bounded(tmp_path: Path) -> None:
     path = tmp_path / "app"
     for round_ in range(3):
         names = [
-            (f"r{round_}m{k}", 2000 + k) for k in range(layout.MAX_ENTRIES[layout.TOC_METRICS])
+            (f"r{round_}m{k}", 2000 + k) for k in range(limits.MAX_ENTRIES[layout.TOC_METRICS])
         ]
         served(c, build(path, names))
     record = c.registry.get(("app", os.getuid()))
@@ -374,7 +374,7 @@ def test_check_dump_and_debug_list_every_spilled_metric_alike(tmp_path: Path) ->
     [big, client] = json.loads(cli("check", "--json", str(tmp_path)).stdout)  # sorted
     assert (client["status"], big["status"]) == ("ok", "ok")
     assert client["problems"] == big["problems"] == []
-    assert len(big["spills"]) == 1500 - layout.MAX_ITEM and len(client["spills"]) == 2
+    assert len(big["spills"]) == 1500 - limits.MAX_ITEM and len(client["spills"]) == 2
     expected = {s["name"]: s["pmid"] for s in client["spills"] + big["spills"]}
     for first, second in pairs:
         assert f"metrics[{[n for p in pairs for n in p].index(first)}] {first!r}" in next(
@@ -433,7 +433,7 @@ def test_libpcp_mmv_registry_files_are_served_whole(
     cluster = int(ids["mmv.big.q0.count"].split(".")[1])
     for k in range(n):  # C's PMIDs where C serves them, spill clusters past item 1023
         pmid = ids[f"mmv.big.q{k}.count"]
-        if k + 1 <= layout.MAX_ITEM:
+        if k + 1 <= limits.MAX_ITEM:
             assert pmid == f"70.{cluster}.{k + 1}"
         else:
             assert int(pmid.split(".")[1]) != cluster
@@ -448,7 +448,7 @@ def test_libpcp_mmv_registry_files_are_served_whole(
     [verdict] = check_json(mmv_dir, mmv_dir / "big")
     assert verdict["status"] == "ok" and len(verdict["served"]) == n
     spills = {s["name"]: s["pmid"] for s in verdict["spills"]}
-    assert len(spills) == max(0, n - layout.MAX_ITEM)
+    assert len(spills) == max(0, n - limits.MAX_ITEM)
     assert all(ids[name] == pmid for name, pmid in spills.items())  # check agrees
 
 

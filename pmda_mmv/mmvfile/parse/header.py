@@ -3,7 +3,7 @@ file; a TOC entry whose section is out of range or overlaps another is skipped."
 
 from __future__ import annotations
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits, loadcost
 from pmda_mmv.mmvfile.errors import NotReady, Refused
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parsed import Header, Toc
@@ -32,9 +32,9 @@ def read_header(path: str, head: bytes, size: int) -> Header:
     if g1 != g2:
         raise NotReady(path, "header.g2", H["g2"], f"generation in flux, g1={g1} g2={g2}")
     _check_tocs(path, tocs, size)
-    if not 0 <= cluster <= layout.MAX_CLUSTER:
+    if not 0 <= cluster <= limits.MAX_CLUSTER:
         why = f"cluster {cluster} out of range"
-        raise Refused(path, "header.cluster", H["cluster"], why, layout.MAX_CLUSTER)
+        raise Refused(path, "header.cluster", H["cluster"], why, limits.MAX_CLUSTER)
     return Header(version, g1, g2, tocs, flags, process, cluster)
 
 
@@ -42,9 +42,9 @@ def _check_tocs(path: str, tocs: int, size: int) -> None:
     if tocs < 2:
         why = f"{tocs} TOC entries, expecting at least 2"
         raise Refused(path, "header.tocs", H["tocs"], why, 2)
-    if tocs > layout.MAX_TOCS:
-        why = f"{tocs} TOC entries, more than {layout.MAX_TOCS}"
-        raise Refused(path, "header.tocs", H["tocs"], why, layout.MAX_TOCS)
+    if tocs > limits.MAX_TOCS:
+        why = f"{tocs} TOC entries, more than {limits.MAX_TOCS}"
+        raise Refused(path, "header.tocs", H["tocs"], why, limits.MAX_TOCS)
     need = layout.HEADER_SIZE + tocs * layout.TOC_SIZE
     if need > size:
         limit = (size - layout.HEADER_SIZE) // layout.TOC_SIZE
@@ -75,8 +75,8 @@ def tocs(st: State) -> list[Toc]:
 
 
 _COUNT_LIMIT = {  # METRICS: only the per-file limit (check_entries), past 1023 they spill
-    layout.TOC_INDOMS: layout.MAX_SERIAL,
-    layout.TOC_LABELS: layout.MAX_LABELS,
+    layout.TOC_INDOMS: limits.MAX_SERIAL,
+    layout.TOC_LABELS: limits.MAX_LABELS,
 }
 
 
@@ -114,13 +114,13 @@ def accept_section(st: State, toc: Toc) -> bool:
 
 def check_entries(st: State, sections: list[Toc]) -> None:
     """Refuse the file when its accepted sections hold more entries of one kind than
-    :data:`~pmda_mmv.mmvfile.layout.MAX_ENTRIES` allows, named at the TOC entry whose count passes
+    :data:`~pmda_mmv.mmvfile.limits.MAX_ENTRIES` allows, named at the TOC entry whose count passes
     the limit, or when its entries together cost more than
-    :data:`~pmda_mmv.mmvfile.layout.MAX_LOAD_COST` (one file must not cost one request more than
+    :data:`~pmda_mmv.mmvfile.loadcost.MAX_LOAD_COST` (one file must not cost one request more than
     about a second)."""
     totals: dict[int, int] = {}
     for toc in sections:
-        limit = layout.MAX_ENTRIES.get(toc.type)
+        limit = limits.MAX_ENTRIES.get(toc.type)
         if limit is None:
             continue
         totals[toc.type] = total = totals.get(toc.type, 0) + toc.count
@@ -130,11 +130,11 @@ def check_entries(st: State, sections: list[Toc]) -> None:
             raise Refused(
                 st.path, f"toc[{toc.index}].count", layout.TOC.offset(toc.at, "count"), why, limit
             )
-    cost = sum(layout.LOAD_COST[kind] * n for kind, n in totals.items())
-    if cost > layout.MAX_LOAD_COST:
+    cost = sum(loadcost.LOAD_COST[kind] * n for kind, n in totals.items())
+    if cost > loadcost.MAX_LOAD_COST:
         counts = ", ".join(f"{n} {layout.TOC_NAMES[kind]}" for kind, n in sorted(totals.items()))
         why = (
-            f"entries ({counts}) cost {cost:.0f} to load, more than {layout.MAX_LOAD_COST} "
-            "in one file (layout.LOAD_COST: about a second of the agent's work at worst)"
+            f"entries ({counts}) cost {cost:.0f} to load, more than {loadcost.MAX_LOAD_COST} "
+            "in one file (loadcost.LOAD_COST: about a second of the agent's work at worst)"
         )
-        raise Refused(st.path, "toc", layout.HEADER_SIZE, why, layout.MAX_LOAD_COST)
+        raise Refused(st.path, "toc", layout.HEADER_SIZE, why, loadcost.MAX_LOAD_COST)

@@ -5,7 +5,7 @@ name, is skipped and recorded."""
 
 from __future__ import annotations
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import cstring, help_text, string
 from pmda_mmv.mmvfile.parsed import Indom, Instance, Toc
@@ -40,9 +40,9 @@ def _indom(st: State, i: int, at: int, serial: int, length: int, offset: int) ->
     """The indom entry ``i`` at ``at`` with its instances' ``length`` bytes at ``offset``,
     or None (problem recorded) when it is skipped."""
     where = f"indoms[{i}]"
-    if serial > layout.MAX_SERIAL:
-        why = f"serial {serial} > {layout.MAX_SERIAL}"
-        st.problem(f"{where}.serial", at + D["serial"], why, layout.MAX_SERIAL)
+    if serial > limits.MAX_SERIAL:
+        why = f"serial {serial} > {limits.MAX_SERIAL}"
+        st.problem(f"{where}.serial", at + D["serial"], why, limits.MAX_SERIAL)
         st.skipped_serials.add(serial)
         return None
     if serial in st.out.indoms:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.parse.state import State
 from pmda_mmv.mmvfile.parse.strings import cstring, help_text, string
@@ -94,8 +94,8 @@ def _spill(st: State, metric: Metric, index: int) -> str:
     """Why ``metric`` (entry ``index``) cannot have its own item in the file's cluster, as
     the C agent would not serve it ("" when it can: the item is then taken)."""
     item = metric.item
-    if item > layout.MAX_ITEM:
-        return f"item {item} > {layout.MAX_ITEM}"
+    if item > limits.MAX_ITEM:
+        return f"item {item} > {limits.MAX_ITEM}"
     first = st.first.get(item)
     if first is not None:
         return f"duplicate item {item}: metrics[{first[0]}] {first[1]!r} has it"
@@ -105,13 +105,13 @@ def _spill(st: State, metric: Metric, index: int) -> str:
 
 def metric_slots(st: State) -> None:
     """Give every accepted metric an empty value index, one slot per instance."""
-    indoms, room = st.out.indoms, layout.MAX_ENTRIES[layout.TOC_VALUES]
+    indoms, room = st.out.indoms, limits.MAX_ENTRIES[layout.TOC_VALUES]
     for m in st.out.metrics:
         n = 1 if m.indom is None else len(indoms[m.indom].instances)
         room -= n
         if room < 0:
-            why = f"metrics x instances past {layout.MAX_ENTRIES[layout.TOC_VALUES]} value slots"
+            why = f"metrics x instances past {limits.MAX_ENTRIES[layout.TOC_VALUES]} value slots"
             raise Refused(
-                st.path, "metric.indom", m.offset, why, layout.MAX_ENTRIES[layout.TOC_VALUES]
+                st.path, "metric.indom", m.offset, why, limits.MAX_ENTRIES[layout.TOC_VALUES]
             )
         m.slots = array("q", [-1]) * n

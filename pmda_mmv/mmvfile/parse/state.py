@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.errors import Corrupt, unlisted
 from pmda_mmv.mmvfile.parse.ranges import Ranges
 from pmda_mmv.mmvfile.parsed import Header, Indom, Label, Metric, Toc
@@ -41,7 +41,7 @@ class State:
         self.size = len(data)
         self.out = out
         self.version = out.header.version
-        self.unlisted = 0  # problems past layout.MAX_PROBLEMS, counted, not recorded
+        self.unlisted = 0  # problems past limits.MAX_PROBLEMS, counted, not recorded
         self.sections = Ranges[Toc]()  # accepted sections
         self.claimed = Ranges[int]()  # instance ranges of accepted indoms -> indoms[i]
         self.items: set[int] = set()  # items of the accepted metrics
@@ -63,9 +63,9 @@ class State:
         self.skipped_instances: set[int] = set()  # instance entry offsets
 
     def problem(self, field: str, offset: int, message: str, limit: int | None = None) -> None:
-        """Record one skipped section or entry; past :data:`~.layout.MAX_PROBLEMS` only
+        """Record one skipped section or entry; past :data:`~.limits.MAX_PROBLEMS` only
         count it (:meth:`finish` then adds one summary problem)."""
-        if len(self.out.problems) < layout.MAX_PROBLEMS:
+        if len(self.out.problems) < limits.MAX_PROBLEMS:
             self.out.problems.append(Corrupt(self.path, field, offset, message, limit))
         else:
             self.unlisted += 1

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits, pmunits
 from tests.support.writers.libpcp_mmv import (
     LABEL_ARRAY,
     LABEL_BOOLEAN,
@@ -64,16 +64,16 @@ ALIVE, NEVER = 1, 2147483647  # header process values: init, and a number no PID
 
 UNITS = [  # a pmUnits word per item, cycled
     0,
-    layout.units_word(dim_count=1),
-    layout.units_word(dim_space=1),
-    layout.units_word(dim_space=1, scale_space=2),
-    layout.units_word(dim_time=1, scale_time=2),
-    layout.units_word(dim_time=1, scale_time=1),
-    layout.units_word(dim_space=1, dim_time=-1, scale_space=1, scale_time=3),
-    layout.units_word(dim_time=-1, dim_count=1, scale_time=4, scale_count=3),
+    pmunits.units_word(dim_count=1),
+    pmunits.units_word(dim_space=1),
+    pmunits.units_word(dim_space=1, scale_space=2),
+    pmunits.units_word(dim_time=1, scale_time=2),
+    pmunits.units_word(dim_time=1, scale_time=1),
+    pmunits.units_word(dim_space=1, dim_time=-1, scale_space=1, scale_time=3),
+    pmunits.units_word(dim_time=-1, dim_count=1, scale_time=4, scale_count=3),
 ]
 COUNT = UNITS[1]
-USEC = layout.UNITS_ELAPSED
+USEC = pmunits.UNITS_ELAPSED
 
 SAMPLES: dict[int, list[float | str]] = {  # per type, values at the edges of its range
     I32: [-2147483648, 2147483647, 0, -1, 1000],
@@ -178,7 +178,7 @@ def _cluster0(d: Path, p: Params) -> None:
 
 @case("capi-v1-cluster-max", "capi", "cluster 4095, the largest a PMID holds")
 def _cluster_max(d: Path, p: Params) -> None:
-    every_type(d / "clustermax", layout.MAX_CLUSTER, 0, SIX[:2], shift=4)
+    every_type(d / "clustermax", limits.MAX_CLUSTER, 0, SIX[:2], shift=4)
 
 
 @case("capi-v1-noprefix", "capi", "MMV_FLAG_NOPREFIX: names not under the file's name")
@@ -352,7 +352,7 @@ def _noflag(d: Path, p: Params) -> None:
 
 @case("capi-units-pad", "capi", "pmUnits with the pad byte set, odd dimensions, NOSUPPORT")
 def _units_pad(d: Path, p: Params) -> None:
-    odd = layout.units_word(-1, -2, 3, 4, 5, -3)
+    odd = pmunits.units_word(-1, -2, 3, 4, 5, -3)
     r = Registry(d / "unitspad", 22).metric("pad.ff", 1, U32, INSTANT, COUNT | 0xFF)
     r.metric("pad.01", 2, U32, INSTANT, UNITS[2] | 0x01).metric("dims.neg", 3, DOUBLE, INSTANT, odd)
     r.metric("sem.zero", 4, U32, layout.SEM_UNSET).metric(
@@ -384,10 +384,10 @@ def _nometrics(d: Path, p: Params) -> None:
 
 @case("capi-items", "capi", "items 0, 1023 and 1024 (one too many bits); indom serial 2^22-1")
 def _items(d: Path, p: Params) -> None:
-    r = Registry(d / "items", 24).indom(layout.MAX_SERIAL, [(0, "a")])
-    r.metric("item.zero", 0, U32).metric("item.max", layout.MAX_ITEM, U32)
-    r.metric("item.big", layout.MAX_ITEM + 1, U32).metric(
-        "item.indom", 5, U32, indom=layout.MAX_SERIAL
+    r = Registry(d / "items", 24).indom(limits.MAX_SERIAL, [(0, "a")])
+    r.metric("item.zero", 0, U32).metric("item.max", limits.MAX_ITEM, U32)
+    r.metric("item.big", limits.MAX_ITEM + 1, U32).metric(
+        "item.indom", 5, U32, indom=limits.MAX_SERIAL
     )
     r.start().set("item.zero", None, 10).set("item.max", None, 11).set("item.big", None, 12)
     r.set("item.indom", "a", 13)
@@ -441,7 +441,7 @@ def _many(d: Path, p: Params) -> None:
     kinds = [(U64, 0), (STRING, PROCESS), (DOUBLE, SENTINEL)]
     for i in range(p.many):
         mtype, flags = kinds[i % 3]
-        r = Registry(d / f"f{i:03d}", i % (layout.MAX_CLUSTER + 1), flags)
+        r = Registry(d / f"f{i:03d}", i % (limits.MAX_CLUSTER + 1), flags)
         if i % 5 == 0:
             r.indom(1, [(k, f"i{k}") for k in range(i % 7 + 1)])
             r.metric("m.multi", 2, U32, INSTANT, 0, 1)

@@ -18,7 +18,7 @@ What differs between libpcp_mmv versions is decided by probing the loaded librar
 its version number (:attr:`Library.add_instance_reports_success`).  The library keeps the
 pointers it is given until the registry is freed, so every string passed in is kept alive by
 the object that passed it.  Nothing here imports python3-pcp; pmUnits travel as their 32-bit
-word (:func:`pmda_mmv.mmvfile.layout.units_word`).
+word (:func:`pmda_mmv.mmvfile.pmunits.units_word`).
 """
 
 from __future__ import annotations

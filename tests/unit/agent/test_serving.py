@@ -15,11 +15,11 @@ import pytest
 
 from pmda_mmv.agent import control, serving, tables
 from pmda_mmv.agent.serving import Held, Plan, Serving, key
-from pmda_mmv.agent.tables import PM_IN_NULL
 from pmda_mmv.directory.filestate import OK, REFUSED, STATES, Changes
 from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pcpdefs
 from pmda_mmv.mmvfile.errors import Changed
+from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 from tests.support import mmvbuild as mb
@@ -182,11 +182,11 @@ def test_what_is_not_a_value(served: Served) -> None:
     b.values.append(mb.Value("odd", None, 0))
     b.write(served.path / "app")
     served.step()
-    assert served.fetch("mmv.app.odd") == [[tables.PM_ERR_APPVERSION, 0]]
+    assert served.fetch("mmv.app.odd") == [[pcpdefs.PM_ERR_APPVERSION, 0]]
     fetch = served.model.fetcher()
-    assert fetch(5, 99, PM_IN_NULL) == [tables.PM_ERR_PMID, 0]
+    assert fetch(5, 99, PM_IN_NULL) == [pcpdefs.PM_ERR_PMID, 0]
     served.model.prefetch()  # no snapshot taken (no refresh of the cluster): try again
-    assert fetch(5, 1, PM_IN_NULL) == [tables.PM_ERR_AGAIN, 0]
+    assert fetch(5, 1, PM_IN_NULL) == [pcpdefs.PM_ERR_AGAIN, 0]
 
 
 def test_a_table_that_fails_to_build_is_logged_and_answers_again(served: Served) -> None:
@@ -197,7 +197,7 @@ def test_a_table_that_fails_to_build_is_logged_and_answers_again(served: Served)
         raise ValueError("boom")
 
     served.model.tables[key(5, 1)] = broken
-    assert served.fetch("mmv.app.v") == [[tables.PM_ERR_AGAIN, 0]]
+    assert served.fetch("mmv.app.v") == [[pcpdefs.PM_ERR_AGAIN, 0]]
     assert served.logged[-1] == "fetch 5.1: ValueError: boom"
 
 
@@ -342,11 +342,11 @@ def test_nothing_queued_applies_at_once(served: Served) -> None:
 def test_pcp_numbers_are_python3_pcp_s() -> None:
     import cpmapi as c_api  # python3-pcp (scripts/setup): fails, never skips, without it
 
-    assert tables.PM_ERR_PMID == c_api.PM_ERR_PMID
-    assert tables.PM_ERR_AGAIN == c_api.PM_ERR_AGAIN
-    assert tables.PM_ERR_VALUE == c_api.PM_ERR_VALUE
-    assert tables.PM_ERR_APPVERSION == c_api.PM_ERR_APPVERSION
-    assert tables.PM_IN_NULL == c_api.PM_IN_NULL
+    ours = {n: v for n, v in vars(pcpdefs).items() if n.startswith("PM_") and hasattr(c_api, n)}
+    assert ours == {n: getattr(c_api, n) for n in ours}
+    assert {"PM_ERR_PMID", "PM_IN_NULL", "PM_TYPE_64", "PM_SEM_COUNTER", "PM_MAXLABELS"} <= set(
+        ours
+    )
     assert (layout.LABEL_CLUSTER, layout.LABEL_ITEM, layout.LABEL_INDOM) == (
         c_api.PM_LABEL_CLUSTER,
         c_api.PM_LABEL_ITEM,
@@ -398,8 +398,8 @@ def test_string_offsets_moved_out_of_bounds_are_unsupported(served: Served) -> N
     image.patch("values", 2, "extra", 8)
     image.write(served.path / "f")  # in place: same size and generation
     assert served.fetch("mmv.f.a") == [["text a", 1]]
-    assert served.fetch("mmv.f.b") == [[tables.PM_ERR_VALUE, 0]]
-    assert served.fetch("mmv.f.c") == [[tables.PM_ERR_VALUE, 0]]
+    assert served.fetch("mmv.f.b") == [[pcpdefs.PM_ERR_VALUE, 0]]
+    assert served.fetch("mmv.f.c") == [[pcpdefs.PM_ERR_VALUE, 0]]
 
 
 def pets_file(*insts: int, label: bool = False) -> MmvBuilder:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pmda_mmv.agent import pcpcompat
 from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.commands import dump, pcpenv
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.reader import MmvFile
 from tests.support import mmvbuild as mb
 from tests.support.mmvbuild import FIELDS, Image, Indom, Instance, Metric, MmvBuilder, Value, sample
@@ -351,7 +351,7 @@ def test_dump_text_of_refused_file(capsys, files) -> None:
 # -- units ------------------------------------------------------------------------------------
 
 UNITS_WORDS = st.builds(
-    layout.units_word,
+    pmunits.units_word,
     st.integers(-8, 7),
     st.integers(-8, 7),
     st.integers(-8, 7),
@@ -375,9 +375,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
     """The fallback prints what PCP 6 prints; where the installed libpcp reads the low 8
     bits (PCP 7.2's extra units, pcpcompat.extra_units) the fallback still ignores them."""
     named = pcpcompat.count_scale_named()
-    assert layout.format_units(word | pad, named) == layout.format_units(word, named)
+    assert pmunits.format_units(word | pad, named) == pmunits.format_units(word, named)
     shown = pcp_units(word | pad) if not pcpcompat.extra_units() else pcp_units(word)
-    assert layout.format_units(word | pad, named) == shown
+    assert pmunits.format_units(word | pad, named) == shown
 
 
 @pytest.mark.parametrize(
@@ -399,9 +399,9 @@ def test_fallback_units_match_pmUnitsStr(pcp_units, word: int, pad: int) -> None
 )
 def test_fallback_units_examples(kwargs: dict[str, int], text: str) -> None:
     """PCP 6's texts; PCP 7 names ``count`` for a count scale alone."""
-    assert layout.format_units(layout.units_word(**kwargs), count_scale_named=False) == text
+    assert pmunits.format_units(pmunits.units_word(**kwargs), count_scale_named=False) == text
     pcp7 = f"count {text}" if text.startswith("x 10") else text
-    assert layout.format_units(layout.units_word(**kwargs)) == pcp7
+    assert pmunits.format_units(pmunits.units_word(**kwargs)) == pcp7
 
 
 def test_check_and_dump_work_without_python3_pcp(files) -> None:

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from tests.support import hostile
 from tests.support.commands import assert_terminal_safe, pmda_mmv
 
-INSTANCES = layout.MAX_ENTRIES[layout.TOC_INSTANCES]
+INSTANCES = limits.MAX_ENTRIES[layout.TOC_INSTANCES]
 
 
 def test_check_dump_and_debug_escape_terminal_controls(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands import check, dump
 from pmda_mmv.directory.filestate import NOT_READY, PARTIAL, REFUSED
 from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.mmvfile import layout, reader
+from pmda_mmv.mmvfile import layout, limits, reader
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import Metric, single
 
@@ -65,11 +65,11 @@ def test_check_counts_the_problems_the_reader_left_unlisted(tmp_path: Path) -> N
     [checked] = check.judge([str(tmp_path / "f")], ServingOptions())
     assert checked["status"] == PARTIAL and checked["served"] == ["mmv.f.v"]
     problems = checked["problems"]
-    assert len(problems) == layout.MAX_PROBLEMS + 1
+    assert len(problems) == limits.MAX_PROBLEMS + 1
     assert problems[0]["field"].startswith("metrics[")
-    more = bad - layout.MAX_PROBLEMS
+    more = bad - limits.MAX_PROBLEMS
     assert problems[-1]["message"] == (
-        f"{more} more problems not listed (the first {layout.MAX_PROBLEMS} are)"
+        f"{more} more problems not listed (the first {limits.MAX_PROBLEMS} are)"
     )
     assert problems[-1]["count"] == more  # as data: the text's count is not parsed back
     assert check.render_check(checked)[0].endswith(f"partial ({bad} problems)")

@@ -26,7 +26,7 @@ from pmda_mmv.directory.filestate import (
 )
 from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import generation, layout, limits
 from pmda_mmv.namespace import numbering, served
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.nametree import MAX_CHILDREN
@@ -533,11 +533,11 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
 def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) -> None:
     # issue 17: 4,095 tiny files take every cluster; the refusal must not stay cached on
     # the refused file's unchanged stat
-    for i in range(layout.MAX_CLUSTER + 1):
+    for i in range(limits.MAX_CLUSTER + 1):
         one(cluster=0).write(d.path / f"t{i:04d}")
     d.refresh()
-    last = f"t{layout.MAX_CLUSTER:04d}"
-    assert len(d.served()) == layout.MAX_CLUSTER and d.state(last) == REFUSED
+    last = f"t{limits.MAX_CLUSTER:04d}"
+    assert len(d.served()) == limits.MAX_CLUSTER and d.state(last) == REFUSED
     assert "no free cluster" in str(d.scanner.states[last].last_problem)
     d.refresh()
     assert d.state(last) == REFUSED
@@ -674,7 +674,7 @@ def test_with_a_real_watcher_only_a_write_wakes_a_file_that_waits(d: Dir) -> Non
     ids=["libpcp_mmv", "seconds", "counter", "high-counter", "bad-usec", "future", "old"],
 )
 def test_generation_time_decided_by_plausibility(g1: int, created: float | None) -> None:
-    assert layout.generation_time(g1, time.time()) == created
+    assert generation.generation_time(g1, time.time()) == created
 
 
 def test_files_past_the_budget_wait_in_order_and_none_is_lost(tmp_path: Path) -> None:

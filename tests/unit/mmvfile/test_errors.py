@@ -3,10 +3,10 @@ bound on how many are listed, with the count of the others kept as data."""
 
 from __future__ import annotations
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.errors import Corrupt, Problem, bounded, problem_count, unlisted
 
-MAX = layout.MAX_PROBLEMS
+MAX = limits.MAX_PROBLEMS
 
 
 def problems(n: int) -> list[Problem]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits, pcpdefs
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import Changed, Corrupt, MmvError, NotReady, Refused
 from pmda_mmv.mmvfile.parsed import Label as EntryLabel
@@ -122,9 +122,9 @@ def test_labels_are_honoured_in_a_v1_file(load: Loader) -> None:
 
 
 def test_limits_themselves_are_accepted(load: Loader) -> None:
-    b = MmvBuilder(cluster=layout.MAX_CLUSTER)
-    b.indoms.append(Indom(layout.MAX_SERIAL, [Instance(-(2**31), "min"), Instance(2**31 - 1, "x")]))
-    b.metrics += [Metric("a", layout.MAX_ITEM, indom=layout.MAX_SERIAL), Metric("b" * 63, 0)]
+    b = MmvBuilder(cluster=limits.MAX_CLUSTER)
+    b.indoms.append(Indom(limits.MAX_SERIAL, [Instance(-(2**31), "min"), Instance(2**31 - 1, "x")]))
+    b.metrics += [Metric("a", limits.MAX_ITEM, indom=limits.MAX_SERIAL), Metric("b" * 63, 0)]
     b.values += [Value("a", -(2**31), 1), Value("a", 2**31 - 1, 2), Value("b" * 63, None, 3)]
     mf, _ = load(b)
     assert mf.status == "ok"
@@ -229,11 +229,11 @@ def test_toc_past_end_of_file(tmp_path: Path) -> None:
     assert (e.field, e.offset) == ("header.tocs", 24)
 
 
-@pytest.mark.parametrize("cluster", [-1, layout.MAX_CLUSTER + 1, -(2**31)])
+@pytest.mark.parametrize("cluster", [-1, limits.MAX_CLUSTER + 1, -(2**31)])
 def test_cluster_out_of_range(tmp_path: Path, cluster: int) -> None:
     image = sample().build().patch("header", 0, "cluster", cluster)
     e = refuse(tmp_path, image, Refused)
-    assert (e.field, e.offset, e.limit) == ("header.cluster", 36, layout.MAX_CLUSTER)
+    assert (e.field, e.offset, e.limit) == ("header.cluster", 36, limits.MAX_CLUSTER)
 
 
 def test_unknown_flag_bits_are_reported_not_refused(load: Loader) -> None:
@@ -291,8 +291,8 @@ def test_bad_toc_type(load: Loader) -> None:
 @pytest.mark.parametrize(
     ("toc_type", "limit"),
     [  # METRICS: no count limit of its own (past 1023 they spill), tests/system/test_spill.py
-        (layout.TOC_INDOMS, layout.MAX_SERIAL),
-        (layout.TOC_LABELS, layout.MAX_LABELS),
+        (layout.TOC_INDOMS, limits.MAX_SERIAL),
+        (layout.TOC_LABELS, limits.MAX_LABELS),
     ],
 )
 @pytest.mark.parametrize("over", [1, 2**32 - 1])  # 2**32 - 1: a count of -1 read unsigned
@@ -383,10 +383,10 @@ def test_duplicate_indom_serial(load: Loader) -> None:
 
 def test_indom_serial_over_22_bits(load: Loader) -> None:
     b = sample()
-    b.indoms.append(Indom(layout.MAX_SERIAL + 1, [Instance(1, "x")]))
+    b.indoms.append(Indom(limits.MAX_SERIAL + 1, [Instance(1, "x")]))
     mf, image = load(b)
     p = only_problem(mf, "indoms[1].serial")
-    assert (p.offset, p.limit) == (image.at("indoms", 1, "serial"), layout.MAX_SERIAL)
+    assert (p.offset, p.limit) == (image.at("indoms", 1, "serial"), limits.MAX_SERIAL)
     assert sorted(mf.indoms) == [3]
 
 
@@ -571,14 +571,14 @@ def test_v2_metric_name_not_nul_terminated(load: Loader) -> None:
 
 
 @VERSIONS
-@pytest.mark.parametrize("item", [layout.MAX_ITEM + 1, 2**32 - 1])
+@pytest.mark.parametrize("item", [limits.MAX_ITEM + 1, 2**32 - 1])
 def test_item_over_10_bits(load: Loader, version: int, item: int) -> None:
     """Kept, not skipped: served under a spill cluster (the C agent drops it)."""
     b = add_metric(version, Metric("big", item))
     mf, _ = load(b)
     assert not mf.problems and mf.status == "ok"
     [big] = [m for m in mf.metrics if m.name == "big"]
-    assert (big.item, big.spill) == (item, f"item {item} > {layout.MAX_ITEM}")
+    assert (big.item, big.spill) == (item, f"item {item} > {limits.MAX_ITEM}")
     assert [m.name for m in mf.metrics if m.spill] == ["big"]
 
 
@@ -1186,6 +1186,6 @@ def test_label_set_shortest_text_is_still_counted() -> None:
     """The shortcut that skips counting a set with too little text for PM_MAXLABELS
     labels skips no set libpcp rejects: the shortest payloads of 255 labels are refused,
     of 254 served."""
-    assert label_set_problem(_shortest_labels(layout.PM_MAXLABELS - 1)) is None
-    why = label_set_problem(_shortest_labels(layout.PM_MAXLABELS))
-    assert why is not None and f"into {layout.PM_MAXLABELS} labels" in why
+    assert label_set_problem(_shortest_labels(pcpdefs.PM_MAXLABELS - 1)) is None
+    why = label_set_problem(_shortest_labels(pcpdefs.PM_MAXLABELS))
+    assert why is not None and f"into {pcpdefs.PM_MAXLABELS} labels" in why

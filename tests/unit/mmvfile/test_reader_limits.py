@@ -1,6 +1,6 @@
 """Per-file entry limits of the reader (a single file too expensive to load within a
 request's budget is refused with a reason, not retried):
-:data:`pmda_mmv.mmvfile.layout.MAX_ENTRIES`, checked from the TOC counts before any section
+:data:`pmda_mmv.mmvfile.limits.MAX_ENTRIES`, checked from the TOC counts before any section
 is read, and the value slots (metrics x instances of their indoms).  Files from libpcp_mmv
 where it can write them, from the test byte builder where it cannot."""
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.reader import MmvFile
 from tests.support import hostile
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder
 
-INSTANCES = layout.MAX_ENTRIES[layout.TOC_INSTANCES]
-SLOTS = layout.MAX_ENTRIES[layout.TOC_VALUES]
+INSTANCES = limits.MAX_ENTRIES[layout.TOC_INSTANCES]
+SLOTS = limits.MAX_ENTRIES[layout.TOC_VALUES]
 
 
 def _refused(path: Path) -> Refused:
@@ -69,7 +69,7 @@ def test_value_slots_up_to_the_limit_are_served(tmp_path: Path) -> None:
 
 
 def test_indoms_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
-    limit = layout.MAX_ENTRIES[layout.TOC_INDOMS]
+    limit = limits.MAX_ENTRIES[layout.TOC_INDOMS]
     for count, refused in ((limit, False), (limit + 1, True)):
         b = MmvBuilder(cluster=7)
         b.indoms += [Indom(s) for s in range(1, count + 1)]
@@ -83,7 +83,7 @@ def test_indoms_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
 
 
 def test_labels_past_the_limit_refuse_the_file(tmp_path: Path) -> None:
-    limit = layout.MAX_ENTRIES[layout.TOC_LABELS]
+    limit = limits.MAX_ENTRIES[layout.TOC_LABELS]
     (path,) = hostile.label_flood(tmp_path, limit + 1)
     err = _refused(path)
     assert err.limit == limit and "labels sections hold" in err.message

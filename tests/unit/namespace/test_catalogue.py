@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, pmunits
+from pmda_mmv.mmvfile.pcpdefs import PM_SEM_COUNTER, PM_TYPE_64
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace import nametree, numbering, served
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.indomserial import wanted_indoms
 from pmda_mmv.namespace.numbering import c_indom
 from pmda_mmv.namespace.registry import Registry
-from pmda_mmv.namespace.served import PM_SEM_COUNTER, PM_TYPE_64
 from tests.support.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
@@ -259,18 +259,18 @@ def test_a_stranger_cannot_join_a_cluster_or_its_indoms(tmp_path: Path) -> None:
 def test_descriptors_elapsed_and_semantics_zero(tmp_path: Path, cat: Catalogue) -> None:
     b = MmvBuilder(cluster=3)
     b.metrics += [
-        Metric("el", 1, layout.TYPE_ELAPSED, layout.SEM_INSTANT, layout.units_word(dim_count=1)),
-        Metric("zero", 2, layout.TYPE_U64, 0, layout.units_word(dim_space=1)),
+        Metric("el", 1, layout.TYPE_ELAPSED, layout.SEM_INSTANT, pmunits.units_word(dim_count=1)),
+        Metric("zero", 2, layout.TYPE_U64, 0, pmunits.units_word(dim_space=1)),
     ]
     b.values += [Value("el", None, 5), Value("zero", None, 6)]
     entry = cat.add(load(tmp_path, "d", b))
     assert entry is not None
     el, zero = entry.metrics
-    assert (el.type, el.semantics, el.units) == (PM_TYPE_64, PM_SEM_COUNTER, layout.UNITS_ELAPSED)
+    assert (el.type, el.semantics, el.units) == (PM_TYPE_64, PM_SEM_COUNTER, pmunits.UNITS_ELAPSED)
     assert (zero.type, zero.semantics, zero.units) == (
         layout.TYPE_U64,
         PM_SEM_COUNTER,
-        layout.units_word(dim_space=1),
+        pmunits.units_word(dim_space=1),
     )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.agent.tables import PM_IN_NULL
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 from pmda_mmv.namespace.registry import Registry
 from tests.support.family import COUNT, World, member

@@ -15,7 +15,7 @@ import pytest
 
 from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands import check as check_cmd
-from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.numbering import INDOM_MASK, derived_indom
@@ -156,8 +156,8 @@ def test_pool_exhausted_evicts_the_longest_departed(
         assert entry is not None
         return entry.cluster
 
-    clusters = [add(f"f{k:04d}") for k in range(layout.MAX_CLUSTER)]
-    assert sorted(clusters) == list(range(1, layout.MAX_CLUSTER + 1))
+    clusters = [add(f"f{k:04d}") for k in range(limits.MAX_CLUSTER)]
+    assert sorted(clusters) == list(range(1, limits.MAX_CLUSTER + 1))
     for name in ("f0007", "f0003", "f0100"):  # departed in this order
         gone(cat, name)
     assert add("new1") == clusters[7]  # the longest departed first
@@ -357,7 +357,7 @@ def test_pool_exhausted_evicts_the_busiest_owners_longest_departed() -> None:
     r = Registry()
     r.serve(("victim", 0), 1, 1, False, {})
     r.depart(("victim", 0))
-    for c in range(2, layout.MAX_CLUSTER + 1):
+    for c in range(2, limits.MAX_CLUSTER + 1):
         r.serve((f"s{c}", STRANGER), c, 0, False, {})
         r.depart((f"s{c}", STRANGER))
     evicted = r.evict_cluster(lambda c: True)
