@@ -14,7 +14,7 @@ from tests.support import mmvbuild
 from tests.support.writers import cases, reference
 from tests.support.writers.corpus import write_corpus
 
-# ==== reader / check / dump fixtures (issue 2: test_reader*.py, test_inspect.py) ==========
+# ==== reader / check / dump fixtures (test_reader*.py, test_inspect.py) ====================
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +63,7 @@ def c_reference() -> tuple[str, str]:
 # ==== end of reader / check / dump fixtures ================================================
 
 
-# ==== every test: no thread left running (issue 15) ========================================
+# ==== every test: no thread left running ===================================================
 # As watchdog's own tests do: a test that starts an observer (pmda_mmv.directory.watcher) or any
 # non-daemon thread must stop it.  Threads started before the test (by session fixtures)
 # are not its own.

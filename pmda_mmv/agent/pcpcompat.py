@@ -246,7 +246,7 @@ def metric(pmid: int, mtype: int, indom: int, sem: int, units: bytes) -> Any:
     """A ``pmdaMetric`` written in one pack into its zeroed buffer (``units``: the 4 bytes
     of its pmUnits): python3-pcp's constructor sets each field through a temporary pmDesc
     and keeps the pmUnits given alive in a dict of the metric's, four objects and about
-    300 bytes a name more (issue 28, finding 5)."""
+    300 bytes a name more."""
     made = pmdaMetric.__new__(pmdaMetric)  # ctypes zero-fills; m_user stays NULL
     _DESC.pack_into(made, _DESC_AT, pmid, mtype, indom, sem, units)
     return made

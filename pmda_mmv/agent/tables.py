@@ -34,7 +34,7 @@ SINGULAR: Final = [PM_IN_NULL]
 class FileTable:
     """The table builder of one file's metric (:meth:`Serving.file_table`): a callable
     with five slots where a closure took five cells, a function, a tuple and (singular
-    metrics) a list of keys per name (issue 28)."""
+    metrics) a list of keys per name: memory a served name costs."""
 
     __slots__ = ("dense", "entry", "keys", "sm", "snaps")
 

@@ -4,7 +4,7 @@
 value, string and label the reader accepted, plus its problems: what PCP's ``mmvdump``
 shows.  ``--json`` prints one list with one object per file (see :func:`describe`).
 
-Bounded and terminal-safe as ``check`` (:mod:`~.verdict`); the same exit status.  Units
+Bounded and terminal-safe as ``check`` (:mod:`~.check`); the same exit status.  Units
 are formatted as PCP's ``pmUnitsStr(3)`` does, through python3-pcp when it is installed
 and with :func:`~.pmunits.format_units` otherwise (:func:`~.pcpenv.units_text`), so the
 command does not need python3-pcp.

@@ -3,7 +3,7 @@
 :meth:`Loader.consider` looks at a list of names: each whose stat changed is resolved
 (:mod:`~.policy`), checked against the resources (:mod:`~.resources`: ``max_total``, the
 descriptors, hard links), opened and validated (:class:`~.reader.MmvFile`), its PROCESS
-writer found (:mod:`~.liveness`); then :class:`~.entries.Entries` serves the opened files in
+writer found (:mod:`~.liveness`); then :class:`~.entrytable.Entries` serves the opened files in
 name order (first come, first served).  When it runs, and how much at a time, is
 :mod:`~.scanner`'s part.
 """

@@ -1,7 +1,7 @@
 """Discovery and lifecycle of the files in one MMV directory, without PCP.
 
 :class:`Scanner` keeps every directory entry's state (:mod:`~.filestate`) and the
-:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`, :mod:`~.entries`) up to date,
+:class:`~.catalogue.Catalogue` of served files (:mod:`~.loader`, :mod:`~.entrytable`) up to date,
 incrementally: :meth:`Scanner.refresh` runs at the start of each request (as the C agent's
 ``mmv_reload_maybe`` does) and costs one ``stat`` of the directory and one ``epoll_wait``
 when nothing changed.  It rescans the listing when the directory changed (mtime, or an

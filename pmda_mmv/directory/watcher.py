@@ -6,7 +6,7 @@ agent applies queued work at its next request.  inotify is used where the kernel
 polling observer otherwise.  The per-request directory check in the scanner stays the
 guarantee; events only make in-place changes visible sooner and cheaper.
 
-Bounded (issue 28): an event for a name the scanner ignores
+Bounded: an event for a name the scanner ignores
 (:func:`~.filestate.ignore_reason`, the one rule) is dropped as it is read, before anything
 queues it, and the reader queues nothing of its own: each event is one
 :meth:`~.scanner.Scanner.mark_dirty` (a set of names, one "rescan the directory" past

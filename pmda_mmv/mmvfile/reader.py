@@ -48,7 +48,7 @@ class MmvFile:
     Attributes: ``path``, ``name`` (base name), ``size``, ``uid`` (the owner), and what
     :func:`~.parse.parse` found (:class:`~.parse.Parsed`): ``header``, ``toc``,
     ``sections`` (the TOC entries whose sections were accepted), ``indoms`` (serial ->
-    :class:`~.entries.Indom`), ``metrics`` (accepted, in file order), ``labels``,
+    :class:`~.parsed.Indom`), ``metrics`` (accepted, in file order), ``labels``,
     ``problems`` (skipped sections and entries), ``base`` and ``span`` (the values span).
     """
 

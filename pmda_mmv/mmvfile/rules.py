@@ -135,7 +135,7 @@ brace (a payload of ``n`` labels is at least ``6 * n + 1`` characters long)."""
 
 def _label_count(obj: dict[str, object]) -> int:
     """Labels libpcp counts in a merged set: every name whose value is not a map, and every
-    empty map (``{"e":{}}`` is one label to libpcp, issue 28)."""
+    empty map (``{"e":{}}`` is one label to libpcp)."""
     return sum((_label_count(v) or 1) if isinstance(v, dict) else 1 for v in obj.values())
 
 

@@ -20,7 +20,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 * PCP indom serials (22 bits) are chosen as :mod:`~.indomserial` says; files sharing a
   cluster share its indoms.
 * Spill clusters (docs/spill.md): a metric the C agent would drop for its item (past 1023,
-  or an item an earlier metric of the file has: :attr:`~.entries.Metric.spill`) is served
+  or an item an earlier metric of the file has: :attr:`~.parsed.Metric.spill`) is served
   under a further cluster of its file, at a PMID remembered in the identity registry by
   the file's key and the metric's name; new ones are placed in name order, at
   ``fnv1a32(name) & 1023`` with linear probing, in the file's spill clusters in the order

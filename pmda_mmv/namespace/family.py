@@ -1,4 +1,4 @@
-"""Families: the files of one multi-process application served as one tree (issue 24).
+"""Families: the files of one multi-process application served as one tree.
 
 ``pmda-mmv pmda --family NAME=GLOB`` makes the served files whose names match ``GLOB``
 (fnmatch, the file name only) *members* of family ``NAME``, served once more as

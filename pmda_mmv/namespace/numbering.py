@@ -4,7 +4,7 @@ PCP indom serials (22 bits) are chosen by the catalogue (:func:`choose_indom`): 
 number, ``((cluster << 11) | serial) & 0x3FFFFF``, whenever no other served indom holds it;
 otherwise a number derived from the file name and serial under the agent's secret
 (:func:`derived_indom`; linear probing), which does not depend on load order and which no
-other local user can predict from the name (issue 28 #7).  A derived number is remembered
+other local user can predict from the name.  A derived number is remembered
 per (file name, serial), as clusters are, so the indom keeps it when its writer restarts
 and while other files come and go.  Files sharing a cluster share its indoms.  Within one
 scan, a pair that packs without loss (cluster and serial below 2048) wins its number over
@@ -44,7 +44,7 @@ def derived_indom(name: str, serial: int, secret: bytes) -> int:
     ``name`` (1..INDOM_MASK): a keyed hash (BLAKE2b) of the name and serial under the
     agent's ``secret`` (the registry's, :mod:`~.registry`), so that another user, knowing
     a victim's file name, cannot fill the numbers its search tries (an unkeyed CRC-32 could
-    be computed and its window filled by a few files: issue 28 #7).  The same for the same
+    be computed and its window filled by a few files).  The same for the same
     file and serial while the secret is the same (the registry's: across agent restarts)."""
     digest = hashlib.blake2b(
         f"{name}\0{serial}".encode("utf-8", "surrogateescape"), digest_size=8, key=secret
@@ -77,7 +77,7 @@ def choose_indom(
         if number not in used and number not in wanted:
             return number
     # PROBES numbers from the derived one are taken (only by chance, or by files filling
-    # much of the 4 million, issue 28 #7): any free number, so that no file is refused
+    # much of the 4 million): any free number, so that no file is refused
     # for want of a serial while one is free; one wanted by a lossless pair last
     fallback = None
     for k in range(PROBES, INDOM_MASK):

@@ -1,9 +1,11 @@
 """The README and docs/: every relative link names a file of the repository and, with
 ``#anchor``, a heading of that file (GitHub's anchors); the README stays a user's page
 (under 300 lines: the reference lives in docs/); neither names the project's issues by
-number ("issue 17", "(issues 16, 17)"): a reader has no tracker to look them up in, and
-the text must say what it means (another project's issue, "PCP issue #2418", is a
-reference and stays); nor are they run logs: no dates ("2026-12-02", "2 Dec", "December
+number ("issue N", "(issues N, M)"): a reader has no tracker to look them up in, and
+the text must say what it means (another project's issue, "PCP issue #N", is a
+reference and stays); nor do the package's and the tests' sources, nor findings or
+rounds by number: a comment or docstring says what a thing is or guards, not its
+history; nor are the pages run logs: no dates ("2026-12-02", "2 Dec", "December
 2"), times of day ("17:19 UTC") or "this session" / "last run": a measurement says what
 was measured, where and with which command, and a dated log goes to benchmarks/results/
 (CHANGELOG.md keeps its release dates)."""
@@ -19,6 +21,11 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 PAGES = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 ISSUE = re.compile(r"\b[Ii]ssues? \d+(?:(?:, | and )\d+)*")
+HISTORY = re.compile(
+    r"\b(?:[Ii]ssues?|[Ff]indings?|[Rr]ounds?) \d+(?:(?:, | and )\d+)*"
+    r"|\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last) round\b"
+)
+SOURCES = sorted(p for tree in ("pmda_mmv", "tests") for p in (CHECKOUT / tree).rglob("*.py"))
 
 
 def anchors(page: Path) -> set[str]:
@@ -103,8 +110,29 @@ def test_no_issue_numbers(page: Path) -> None:
 
 
 def test_the_issue_pattern_finds_what_it_should() -> None:
-    found = ISSUE.findall("as issue 17 asks (issues 16, 17; issues 5 and 6); PCP issue #2418")
-    assert found == ["issue 17", "issues 16, 17", "issues 5 and 6"]
+    n, m, k = 17, 16, 5
+    found = ISSUE.findall(f"as issue {n} asks (issues {m}, {n}; issues {k} and 6); PCP issue #{n}")
+    assert found == [f"issue {n}", f"issues {m}, {n}", f"issues {k} and 6"]
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.relative_to(CHECKOUT).as_posix())
+def test_no_history_numbers_in_code_or_tests(source: Path) -> None:
+    assert matches(source, HISTORY) == []
+
+
+def test_the_history_pattern_finds_what_it_should() -> None:
+    n, k, j, nth = 28, 5, 1, "fourth"
+    text = (
+        f"(issue {n}, finding {k}) Findings {j}, {k} and {j}; Round {n}; the {nth} round; "
+        f"PCP issue #{n}; rounding {k}; round robin; a found {k}"
+    )
+    assert HISTORY.findall(text) == [
+        f"issue {n}",
+        f"finding {k}",
+        f"Findings {j}, {k} and {j}",
+        f"Round {n}",
+        f"{nth} round",
+    ]
 
 
 MODULES = {p.stem: p for p in sorted((CHECKOUT / "pmda_mmv").rglob("*.py"))}

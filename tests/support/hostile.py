@@ -1,4 +1,4 @@
-"""Hostile MMV populations (issue 17), built with the byte builder tests/support/mmvbuild.py.
+"""Hostile MMV populations, built with the byte builder tests/support/mmvbuild.py.
 
 Each builder is general in its size: the tests and benchmarks/hostile.py use other sizes
 and other constructions of the same kinds than the issue's.  Every function writes into
@@ -328,7 +328,7 @@ ATTACKS: dict[str, Population] = {
     "a valid 30 MiB file and 8 hard links to it": lambda d: hard_links(d, 8, 80, 12_000),
     "20,000 files of a bad magic": lambda d: bad_magic(d, 20_000),
 }
-"""Each attack kind of issue 17, in other sizes and constructions than the issue's: what
+"""Each attack kind, in other sizes and constructions than its first form: what
 tests/system/test_budget.py puts beside a good file, and benchmarks/hostile.py times."""
 
 

@@ -1,4 +1,4 @@
-"""One verdict for every file (issue 13): ``pmda-mmv check`` says what the agent does.
+"""One verdict for every file: ``pmda-mmv check`` says what the agent does.
 
 For every file of the project's corpora (the real-writer corpus, :mod:`tests.support.writers`;
 the crafted files of :mod:`tests.support.mmvbuild`, :mod:`tests.support.hostile` and
@@ -77,7 +77,7 @@ def crafted(d: Path) -> None:
     live = sample()
     live.flags, live.process = layout.FLAG_PROCESS, os.getpid()
     live.write(d / "proc_live")
-    with open(d / "proc_live", "rb") as f:  # a live writer maps its file (issue 25)
+    with open(d / "proc_live", "rb") as f:  # a live writer maps its file
         WRITERS.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
     clash = _single("a.b", cluster=31)
     clash.metrics.append(Metric("a.b.c", 2))

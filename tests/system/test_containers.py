@@ -1,4 +1,4 @@
-"""MMV writers in other PID namespaces, as in containers (issue 25), under a private pmcd.
+"""MMV writers in other PID namespaces, as in containers, under a private pmcd.
 
 Each writer is python3-pcp's ``pcp.mmv`` (libpcp_mmv) in a PID namespace of its own
 (``unshare --pid --fork --mount-proc``, tests/support/writers/namespaced.py) writing
@@ -153,9 +153,9 @@ def check_json(path: Path) -> dict[str, object]:
 def test_a_namespaced_writer_is_served_while_alive_and_gone_after_kill(
     agent: Agent, cgroup: tuple[Path | None, str], inner: int
 ) -> None:
-    # host PID 1 is init and 2 kthreadd, alive throughout: before issue 25 the file of a
-    # container's PID 1 or 2 was served forever after its writer died, and that of PID 99
-    # (no such host process) never served
+    # host PID 1 is init and 2 kthreadd, alive throughout: the file of a container's PID
+    # 1 or 2 must not be served forever after its writer died, nor that of PID 99 (no
+    # such host process) never served
     name = f"ns{inner}"
     path = agent.dir / name
     w = ns_writer(path, inner, 400 + inner, cgroup[0])

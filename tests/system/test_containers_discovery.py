@@ -1,4 +1,4 @@
-"""``--containers``: MMV directories inside containers' own filesystems (issue 25), under a
+"""``--containers``: MMV directories inside containers' own filesystems, under a
 private pmcd.
 
 Each container is ``unshare --mount --pid --fork --mount-proc`` with a private tmpfs over

@@ -651,7 +651,7 @@ def process_namespaces(d: Diff, r: Compared) -> bool:
     """C serves an MMV_FLAG_PROCESS file while ``/proc/<header pid>`` exists in its own
     namespace (init at 1, in the corpus's "alive" cases, whose writers have all exited).
     Ours takes for the writer only a process of that innermost PID that has the file mapped,
-    in any PID namespace, never host init (issue 25, docs/containers.md): no such process,
+    in any PID namespace, never host init (docs/containers.md): no such process,
     no file (``no-writer``), and ``mmv.control.files`` counts it out."""
     if not r.held_pid:
         return False
@@ -823,7 +823,7 @@ def test_indom_alias(compared: Callable[[str], Compared]) -> None:
     assert r.c_info["mmv.p.v"].indom == r.c_info["mmv.q.v"].indom == "70.6145"
     assert "p0" in r.c_probe["mmv.q.v"], "C: q's instances merged into p's"
     assert r.ours_info["mmv.q.v"].indom == "70.6145"
-    # p's number of its own: derived under the agent's secret (issue 28 #7), so only
+    # p's number of its own: derived under the agent's secret, so only
     # known to be another
     assert r.ours_info["mmv.p.v"].indom.startswith("70.")
     assert r.ours_info["mmv.p.v"].indom not in ("70.6145", "70.4097")

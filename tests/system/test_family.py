@@ -1,4 +1,4 @@
-"""Families (docs/families.md, issue 24) through a private pmcd: a real pre-fork writer
+"""Families (docs/families.md) through a private pmcd: a real pre-fork writer
 (tests/support/writers/family_prefork.py, python3-pcp ``pcp.mmv`` under /usr/bin/python3) whose
 workers are killed and restarted, served as one tree ``mmv.websrv.*``."""
 

@@ -1,4 +1,4 @@
-"""Fleet scale (issue 8): our metrics travel pmcd -> pmlogger -> pmproxy -> key server ->
+"""Fleet scale: our metrics travel pmcd -> pmlogger -> pmproxy -> key server ->
 pmseries intact.
 
 One pipeline per module, all real and private (loopback, free ports, own directories):

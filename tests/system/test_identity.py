@@ -1,4 +1,4 @@
-"""Identities archives can rely on (issue 22), with real writers (python3-pcp's ``pcp.mmv``
+"""Identities archives can rely on, with real writers (python3-pcp's ``pcp.mmv``
 under /usr/bin/python3), a real private pmcd and a real pmlogger: a name keeps its PMIDs,
 indoms and instance ids across writer, agent and pmcd restarts, and a departed name's
 numbers go to no other name.  Pure rules: tests/unit/namespace/test_registry.py."""

@@ -1,13 +1,14 @@
-"""Identity under attack (issue 28 #7 and #8), through a real private pmcd: another local
-user's files (owned by ``nobody``) aimed at a victim served from real ``pcp.mmv`` writers.
+"""Identity under attack, through a real private pmcd: another local user's files (owned by
+``nobody``) aimed at a victim served from real ``pcp.mmv`` writers.
 
-* #7: one file takes the victim's C indom number, four fill the 4,096 numbers the victim's
-  search for a number of its own tried first, which an unkeyed hash of its name predicted:
-  the victim was refused ("no free PCP indom serial").  Now its search starts where the
-  agent's secret says (``<registry>.key``, mode 0600), unknown to the attacker.
-* #8: a stranger's file claims the victim's cluster and indom serial in the window while the
-  victim's writer restarts (unlink, create, write, as libpcp_mmv does): the victim keeps
-  its PMIDs and indom, the stranger gets numbers of its own."""
+* Predicted numbers: one file takes the victim's C indom number, four fill the 4,096 numbers
+  an unkeyed hash of the victim's name would predict as the first its search for a number
+  of its own tries; the victim must not be refused ("no free PCP indom serial"): its search
+  starts where the agent's secret says (``<registry>.key``, mode 0600), unknown to the
+  attacker.
+* A restart's window: a stranger's file claims the victim's cluster and indom serial in
+  the window while the victim's writer restarts (unlink, create, write, as libpcp_mmv
+  does): the victim keeps its PMIDs and indom, the stranger gets numbers of its own."""
 
 from __future__ import annotations
 

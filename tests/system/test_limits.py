@@ -1,4 +1,4 @@
-"""Bounded work, fourth round (issue 28, findings 1, 5 and 6): one valid file at every
+"""Bounded work: one valid file at every
 per-file limit at once, the memory of empty indoms, and totals of indoms and instances
 over all files, under a private pmcd with its default agent timeout (5 s) where the agent
 serves.  docs/bounded.md has the figures, beside the C agent's."""
@@ -41,7 +41,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
 
 @pytest.mark.pmcd
 def test_a_file_at_every_limit_at_once_never_stalls_a_good_file(served: Served) -> None:
-    """Finding 1: one valid 50 MB file at every per-file entry limit at once (10,000
+    """One valid 50 MB file at every per-file entry limit at once (10,000
     indoms, 50,000 instances, 4,096 STRING metrics, 1M values sharing one string, 16,384
     instance labels) renamed into the directory, three times: its load took one request
     ~2 s here (~4 s a lookup in the issue).  Its entries' load cost is now past
@@ -80,7 +80,7 @@ SHAPES = {  # indoms, instances, metrics, metrics over the big indom, instance l
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_each_entry_kind_at_its_limit_fits_the_load_cost(tmp_path: Path, shape: str) -> None:
-    """Finding 1: the load cost refuses a file at every limit at once, not one at the
+    """The load cost refuses a file at every limit at once, not one at the
     limit of one or two kinds (these load in 0.2-0.7 s here; docs/bounded.md)."""
     counts, mtype = SHAPES[shape]
     (path,) = hostile.every_limit(tmp_path, "f", counts, mtype)
@@ -104,7 +104,7 @@ def test_a_file_at_every_limit_is_refused_by_its_load_cost(tmp_path: Path) -> No
 def test_string_values_sharing_a_string_check_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Finding 1: each STRING value's string entry was checked and decoded per value (1M
+    """Each STRING value's string entry, once checked and decoded per value (1M
     values sharing one string: 1.4 s of a 2.0 s parse here); now once per distinct offset."""
     (path,) = hostile.every_limit(tmp_path, "s", (1, 1024, 1024, 1024, 0), layout.TYPE_STRING)
     checked: list[int] = []
@@ -123,7 +123,7 @@ def test_string_values_sharing_a_string_check_it_once(
 
 
 def test_memory_per_empty_indom_is_cut(tmp_path: Path) -> None:
-    """Finding 6: 200 files x 2,047 empty indoms (indom entries, no instance, no metric
+    """200 files x 2,047 empty indoms (indom entries, no instance, no metric
     over them) took 940 MB in the agent (2,731 bytes an indom here, python3-pcp's
     pmdaIndoms included; 1,167 traced in the scanner, catalogue and serving model).  An
     indom no metric uses is not served (no PCP number, no table), and the indoms of no
@@ -137,7 +137,7 @@ def test_memory_per_empty_indom_is_cut(tmp_path: Path) -> None:
 
 @pytest.mark.pmcd
 def test_empty_indoms_cost_the_agent_little(served: Served) -> None:
-    """Finding 6 under pmcd: the agent's RSS serving 200 files x 2,047 empty indoms (the
+    """Under pmcd: the agent's RSS serving 200 files x 2,047 empty indoms (the
     C agent: 14-21 MB in all; ours before: +1,066 MB, now +69 MB, measured in process;
     the agent's RSS here includes what the tests before it left)."""
     agent = psutil.Process(served.pid)
@@ -164,7 +164,7 @@ def _indoms_file(path: Path, cluster: int, indoms: int, instances: int) -> None:
 
 
 def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: Path) -> None:
-    """Findings 5 and 6: nothing bounded the indoms and instances of all files together.
+    """The indoms and instances of all files together are bounded.
     ``--max-indoms`` and ``--max-instances``: a file that would take the served files past
     one is refused naming the option, and served once a file leaves."""
     opts = parse_args(["--max-indoms", "7", "--max-instances", "40"])
@@ -194,7 +194,7 @@ def test_served_indoms_and_instances_stop_at_their_totals_and_resume(tmp_path: P
 
 
 def test_a_served_metric_s_pmda_metric_is_one_object() -> None:
-    """Finding 5: python3-pcp's ``pmdaMetric`` constructor sets each field through a
+    """python3-pcp's ``pmdaMetric`` constructor sets each field through a
     temporary pmDesc and keeps the pmUnits it is given alive in a dict of the metric's:
     about 470 bytes traced a metric.  ``pcpcompat.metric`` packs the same bytes into one
     zeroed object (the agent's RSS per name, 100 files x 1,000 names: 2,382 -> 2,085).

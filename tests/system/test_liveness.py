@@ -48,7 +48,7 @@ NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
         ("seconds", ""),
         ("negative", "writer PID {} is not a process ID"),
         ("zero", ""),
-        # init (host PID 1) is alive but no writer of this file: not taken for it (issue 25)
+        # init (host PID 1) is alive but no writer of this file: not taken for it
         ("one", NOT_FOUND + ": PID 1 here is init, whose maps the agent may not read"),
     ],
 )

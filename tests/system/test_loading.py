@@ -44,7 +44,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
 
 @pytest.mark.pmcd
 def test_reloads_a_fetch_finds_stay_within_the_budget(served: Served) -> None:
-    """Finding 2: served files of 1M values given new generations just before a fetch of
+    """Served files of 1M values given new generations just before a fetch of
     one metric of each: the fetch reloads what its budget allows and queues the rest
     (they answer nothing in that fetch), so it answers in well under a second, not one
     load per file inline (12 x 0.2 s here; pmcd's 5 s timeout dropped the agent at the
@@ -98,7 +98,7 @@ FIRST_SCAN = re.compile(r"first scan: (\d+) files loaded in ([\d.]+) s, (\d+) qu
 def test_the_first_scan_is_bounded_and_the_agent_serves_at_once(
     request: pytest.FixtureRequest,
 ) -> None:
-    """Finding 3: an agent started (as pmcd restarts it) over a directory of big files
+    """An agent started (as pmcd restarts it) over a directory of big files
     reports ready after a bounded first scan (pmcd answers "Try again" until then), not
     after loading them all; the rest load within the next requests' budget, the agent
     is never dropped."""
@@ -166,7 +166,7 @@ def probe(pmcd: PrivatePmcd, name: str) -> list[str]:
 def test_served_files_never_take_the_descriptors_a_listing_needs(
     request: pytest.FixtureRequest,
 ) -> None:
-    """Finding 9: under systemd's default soft limit of 1,024 descriptors, 1,100 tiny
+    """Under systemd's default soft limit of 1,024 descriptors, 1,100 tiny
     files took one each and the listing failed ("cannot list directory: Too many open
     files"): a new file was never even listed.  The agent raises its soft limit to the
     hard one at start; the new file is served within a few requests, the log has no
@@ -197,7 +197,7 @@ def test_served_files_never_take_the_descriptors_a_listing_needs(
 
 @pytest.mark.pmcd
 def test_empty_maps_count_as_labels_libpcp_counts(served: Served) -> None:
-    """Finding 12: item labels of 60 empty maps and 200 plain labels (260: libpcp counts an
+    """Item labels of 60 empty maps and 200 plain labels (260: libpcp counts an
     empty map as a label, and accepts at most 254).  ``check`` said ok and every label
     request logged libpcp's refusal (1.3 MB in 5 s).  Now the set is refused once, with one
     line naming the file, label requests log nothing more, and ``check`` names it; 254
@@ -235,7 +235,7 @@ def link_stream(target: Path, links: list[Path], stop: threading.Event) -> None:
 def test_a_stream_of_heavy_new_files_cannot_starve_a_small_new_file(
     request: pytest.FixtureRequest,
 ) -> None:
-    """Finding 4: a new name every 20 ms for a file that costs more than half the budget
+    """A new name every 20 ms for a file that costs more than half the budget
     to load (symlinks to one 16 MB file of 480,000 values: each is served under its own
     name, so each is loaded).  New names went first and the first queued file always
     loaded, so a victim's small new file stayed ``pending`` for the whole stream.  Heavy

@@ -54,7 +54,7 @@ def test_noprefix_cannot_shadow(agent: Agent, scratch: Scratch, name: str) -> No
     agent.assert_alive()
     where = f"metrics at offset {b.build().at('metrics', 0)}: {reason}"
     assert all(where in line for line in agent.log_lines(path))
-    # none of it served: refused (issue 13), the lost name the reason
+    # none of it served: refused, the lost name the reason
     assert agent.status(name) == ("refused", f"{path}: {where}, metric not served")
     assert (pmid(agent, GOOD), pmid(agent, "mmv.control.reload")) == before
     assert agent.probe("mmv.control.reload")["mmv.control.reload"] == "1 0"

@@ -1,4 +1,4 @@
-"""The pmproxy variant (issue 8; pmdammv-reference.md section 1): pmda-mmv as
+"""The pmproxy variant (pmdammv-reference.md section 1): pmda-mmv as
 ``pmda-mmv pmda --prefix pmproxy -d 4`` serves the MMV files a running pmproxy writes into
 ``$PCP_TMP_DIR/pmproxy``, under the PMNS root ``pmproxy`` on domain 4, as PCP's C agent
 does (``pmda_mmv.so`` entry point ``pmproxy_init``).

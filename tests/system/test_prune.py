@@ -1,4 +1,4 @@
-"""``pmda-mmv prune`` (issue 24): the files of departed MMV_FLAG_PROCESS writers, and only
+"""``pmda-mmv prune``: the files of departed MMV_FLAG_PROCESS writers, and only
 those, are removed.
 
 The writers are real: python3-pcp's ``pcp.mmv`` run by /usr/bin/python3, killed with
@@ -376,7 +376,7 @@ def test_the_agent_forgets_pruned_files_and_serves_the_live_one(
     writers.start(d / "live")
     crashed = [writers.crash(d / f"worker{n}") for n in range(3)]
     states = pmcd.fetch("mmv.control.file.state")
-    assert states == {  # crashed before the agent first looked: never followed (issue 25)
+    assert states == {  # crashed before the agent first looked: never followed
         "live": '"ok"',
         "worker0": '"no-writer"',
         "worker1": '"no-writer"',

@@ -285,7 +285,7 @@ def test_file_name_cannot_forge_log_lines(agent: Agent, scratch: Scratch) -> Non
 # -- process liveness ------------------------------------------------------------------------
 
 
-# -- identity that strangers cannot borrow (issue 17) ------------------------------------------
+# -- identity that strangers cannot borrow ---------------------------------------------------
 
 
 # -- fuzz findings and a bounded fuzz run ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""Every metric a writer defines is served (issue 23): spill clusters.
+"""Every metric a writer defines is served: spill clusters.
 
 A metric the C agent drops for its item (past 1023, or the item of an earlier metric of
 its file) is served under a further cluster of its file, at a PMID remembered in the

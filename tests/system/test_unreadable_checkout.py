@@ -1,4 +1,4 @@
-"""The agent run from a checkout user pcp cannot read (issue 21).
+"""The agent run from a checkout user pcp cannot read.
 
 The README's quick start runs as root in a clone of the repository, and a root user's clone
 lives in /root (mode 0700 on Debian).  The agent imports as root, then drops to user pcp

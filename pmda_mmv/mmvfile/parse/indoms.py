@@ -14,8 +14,8 @@ D = layout.INDOM.at
 """Field offsets of an indom entry."""
 _NO_INSTANCES: list[Instance] = []
 _NO_POSITIONS: dict[int, int] = {}
-"""The instance list and positions every indom of no instances shares (issue 28 #6: 2,047
-such indoms in each of 200 files held a list and a dict each), read only."""
+"""The instance list and positions every indom of no instances shares, read only (2,047
+such indoms in each of 200 files would otherwise hold a list and a dict each)."""
 
 
 def indoms(st: State, toc: Toc) -> None:

@@ -1,5 +1,5 @@
 """VALUES entries (mmv(5) "Values"): each names its metric and instance entry by offset;
-the accepted ones fill the metrics' value index (:attr:`~.entries.Metric.slots`, offsets
+the accepted ones fill the metrics' value index (:attr:`~.parsed.Metric.slots`, offsets
 relative to the values span) and the rest are recorded."""
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-"""Fleet-scale test parts (issue 8): a libpcp_mmv writer with labels at every level, and
+"""Fleet-scale test parts: a libpcp_mmv writer with labels at every level, and
 private runs of Redis, pmproxy, pmlogger and pmseries for tests/system/test_fleet.py and
 tests/system/test_pmproxy_variant.py."""

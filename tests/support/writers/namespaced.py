@@ -1,4 +1,4 @@
-"""A PROCESS-flag MMV writer in a PID namespace of its own, as in a container (issue 25).
+"""A PROCESS-flag MMV writer in a PID namespace of its own, as in a container.
 
 Run it under ``unshare --pid --fork --mount-proc /usr/bin/python3 namespaced.py`` (python3-pcp
 is built for /usr/bin/python3).  It reads commands from stdin, one a line:

@@ -38,7 +38,7 @@ def test_log_limit_bounds_the_lines_of_all_files() -> None:
 
 
 def test_the_log_limit_holds_in_total_with_the_per_file_counts() -> None:
-    """Finding 11: 50 new files a second, each with 40 bad entries: the per-file counts
+    """50 new files a second, each with 40 bad entries: the per-file counts
     ("N more log lines about this file suppressed") went around the total (500 files/s:
     ~150 MB of log an hour where 1,000 lines a minute were promised).  Every window now
     has at most ``total`` lines, counts included, plus the total's one count."""

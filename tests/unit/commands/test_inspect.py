@@ -144,7 +144,7 @@ def test_check_text_shows_field_offset_and_message(capsys, tmp_path: Path) -> No
 
 
 def test_check_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """Every entry, in name order, as the agent judges it (issue 13)."""
+    """Every entry, in name order, as the agent judges it."""
     d = tmp_path / "mmv"
     d.mkdir()
     for name in ("b", "a", ".hidden", "c"):
@@ -873,7 +873,7 @@ def test_check_statuses_on_the_corpus(mmv_corpus: Path) -> None:
     metric name and
     the two with a name that is a leaf and a non-leaf (``a.b``, ``a.b.c``) are partial; the
     PROCESS files, whose writers are gone, are no-writer (pid 1's too: init is alive but
-    does not map them, issue 25)."""
+    does not map them)."""
     proc = run_cli("check", "--json", *map(str, sorted(mmv_corpus.glob("*/mmv"))))
     results = json.loads(proc.stdout)
     assert proc.returncode == 1

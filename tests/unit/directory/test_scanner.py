@@ -367,7 +367,7 @@ NOT_FOUND = "writer PID {} not found in this PID namespace or any other"
     [
         (os.getpid(), True, ""),  # this process: the scanner in it has the file open
         (0, True, ""),
-        # init: alive, but not the file's writer (issue 25)
+        # init: alive, but not the file's writer
         (1, False, NOT_FOUND.format(1) + ": PID 1 here "),
         (2, False, NOT_FOUND.format(2) + ": PID 2 here is a kernel thread"),  # kthreadd
         (dead_pid(), False, "not found in this PID namespace or any other"),
@@ -531,7 +531,7 @@ def test_max_size_refuses_big_valid_files(tmp_path: Path) -> None:
 
 
 def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) -> None:
-    # issue 17: 4,095 tiny files take every cluster; the refusal must not stay cached on
+    # 4,095 tiny files take every cluster; the refusal must not stay cached on
     # the refused file's unchanged stat
     for i in range(limits.MAX_CLUSTER + 1):
         one(cluster=0).write(d.path / f"t{i:04d}")
@@ -548,7 +548,7 @@ def test_file_refused_for_want_of_a_cluster_is_served_when_one_frees_up(d: Dir) 
 
 
 def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
-    # Issue 28 #7: a file (cluster 2048, where C's number is the serial itself) holding the
+    # a file (cluster 2048, where C's number is the serial itself) holding the
     # victim's C number and every number its search from its derived one tries: it was
     # refused ("no free PCP indom serial") while millions of numbers were free.
     victim = MmvBuilder(cluster=3, version=2)
@@ -565,7 +565,7 @@ def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
     d.refresh()
     assert d.state("victim") == OK
     serial = d.scanner.catalogue.files["victim"].indoms[1].serial
-    # issue 28 #6: an indom no metric uses is not served and holds no number, so the
+    # an indom no metric uses is not served and holds no number, so the
     # squat's (it has no metric) take none and the victim has its C number
     assert not d.scanner.catalogue.files["squat"].indoms
     assert serial == (3 << 11) | 1
@@ -909,7 +909,7 @@ def test_unexpected_error_loading_one_file_refuses_it_and_serves_the_others(
     """A defect met while loading one file (here the reader raising an exception nothing
     expects) is that file's problem: the files beside it are served by the same refresh,
     the file is refused with the exception named, and loaded again once its stat changes
-    (issue 21: a ModuleNotFoundError at the first PROCESS file ended every refresh)."""
+    (a ModuleNotFoundError at the first PROCESS file must not end every refresh)."""
     real_open = loader.MmvFile.open
 
     def faulty_open(path: str, **kwargs: object) -> loader.MmvFile:

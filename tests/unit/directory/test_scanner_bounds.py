@@ -30,7 +30,7 @@ def test_queued_changes_are_bounded(tmp_path: Path) -> None:
 
 
 def test_a_served_file_whose_writer_only_writes_values_is_not_reloaded(tmp_path: Path) -> None:
-    """Finding 13: a served file's mtime moves at every write through its writer's
+    """A served file's mtime moves at every write through its writer's
     mapping; a listing (any other file's churn) then found its stat changed and loaded it
     again, unserving and serving it anew.  Same inode, size and generation: the entry,
     its tables and its values stay as they are."""
@@ -59,7 +59,7 @@ def test_a_served_file_whose_writer_only_writes_values_is_not_reloaded(tmp_path:
 
 
 def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) -> None:
-    """Finding 9, past the hard limit: served files and their writers' pidfds hold at most
+    """Past the hard limit: served files and their writers' pidfds hold at most
     ``max_files`` descriptors (fdlimit.py); one more file is refused naming the limit,
     while the directory is still listed, and served once a served file leaves."""
     scanner = Scanner(str(tmp_path), Catalogue(), check_interval=0, budget=None)
@@ -79,7 +79,7 @@ def test_served_files_stop_at_the_descriptor_bound_and_resume(tmp_path: Path) ->
 
 
 def test_memory_per_served_name_is_cut(tmp_path: Path) -> None:
-    """Finding 5 (in part): the memory one served name costs the scanner, the catalogue and
+    """The memory one served name costs the scanner, the catalogue and
     the serving model (python3-pcp's own tables aside), traced by tracemalloc: 1,957 bytes
     before (a closure, five cells, a tuple and a key list per name for its table builder),
     1,429 now; RSS 2,201 -> 1,593 bytes a name (100 files x 1,000 names)."""
@@ -91,7 +91,7 @@ def test_memory_per_served_name_is_cut(tmp_path: Path) -> None:
 
 
 def test_served_names_stop_at_max_names_and_resume(tmp_path: Path) -> None:
-    """Finding 5: nothing bounded the names of all files together (1,000 files of 1,000
+    """The names of all files together are bounded (1,000 files of 1,000
     metrics: 2.85 GB).  ``--max-names``: a file that would take the served files past it
     is refused naming the option, and served once a file leaves."""
     assert parse_args(["--max-names", "2500"]).max_names == 2500

@@ -166,7 +166,7 @@ print(n)
 
 
 def test_the_watcher_drops_ignored_names_before_queueing_them(tmp_path: Path) -> None:
-    """Finding 10: another process creating and unlinking dot-files as fast as it can.
+    """Another process creating and unlinking dot-files as fast as it can.
     Their events are dropped as they are read (filestate.ignore_reason, the scanner's
     rule), never marked, and nothing queues behind them: a real file written after the
     flood is marked within a second (watchdog's queues were still draining for tens of

@@ -217,7 +217,7 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
 
 
 def test_a_file_full_of_overflowing_indoms_drains_nothing(tmp_path: Path) -> None:
-    # issue 17: 2,047 empty indoms of serial >= 2048 used to take every pool serial
+    # 2,047 empty indoms of serial >= 2048 must not take every pool serial
     cat = Catalogue()
     drain = cat.add(load(tmp_path, "drain", indoms(5, *range(2048, 2048 + 2047))))
     victim = sample()
@@ -238,7 +238,7 @@ def per_instance(name: str, item: int, *instances: tuple[int, str]) -> MmvBuilde
 
 
 def test_a_stranger_cannot_join_a_cluster_or_its_indoms(tmp_path: Path) -> None:
-    # issue 17: another file's cluster and indom serial, its own metric at another item: it
+    # another file's cluster and indom serial, its own metric at another item: it
     # agrees with the victim, but another user wrote it
     cat = Catalogue()
     vic = cat.add(load(tmp_path, "vic", per_instance("per", 1, (1, "mine"))))

@@ -1,7 +1,7 @@
 """The identity registry (pmda_mmv/namespace/registry.py) and the catalogue's use of it,
 without pmcd:
 assignment, never-reuse, who may share a cluster, eviction order, persistence and its
-failures (issue 22; issue 28 #7 and #8)."""
+failures, and numbers another local user can neither predict nor take in a writer's restart."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_a_returning_name_gets_its_own_cluster_back_whatever_the_order(tmp_path:
 def test_a_stranger_cannot_take_a_restarting_writers_cluster_or_indom(
     tmp_path: Path, cat: Catalogue
 ) -> None:
-    # Issue 28 #8: in the window while the victim's writer unlinks and recreates its file
+    # in the window while the victim's writer unlinks and recreates its file
     victim = serve(cat, load(tmp_path, "victim", build(60, indom=3)))
     serial = cat.files["victim"].indoms[3].serial
     gone(cat, "victim")
@@ -402,8 +402,8 @@ def test_load_keeps_only_the_newest_names_the_cap_allows(tmp_path: Path) -> None
 def test_the_derived_number_secret_is_kept_beside_the_registry_for_its_user_only(
     tmp_path: Path,
 ) -> None:
-    # issue 28 #7: an indom's search for a number of its own started at an unkeyed CRC-32
-    # of its file name and serial, which any local user could compute and fill in advance
+    # an indom's search for a number of its own must not start at an unkeyed CRC-32 of
+    # its file name and serial, which any local user could compute and fill in advance
     path = tmp_path / "reg.json"
     r = Registry(str(path))
     r.load()
