@@ -2,7 +2,7 @@
 PCP accepts is, how label payloads merge into PCP label sets, and :func:`printable`, the
 one escaping function of the agent, ``check``, ``dump`` and ``debug``.
 
-Used by the parser (to refuse), the catalogue and the scanner (to serve); no PCP imports.
+Pure functions of their arguments: no I/O and no PCP imports.
 """
 
 from __future__ import annotations
