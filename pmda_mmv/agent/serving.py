@@ -72,7 +72,7 @@ class Plan:
     names: bool = False
 
 
-class IndomServed(NamedTuple):
+class MergedIndom(NamedTuple):
     """A PCP indom as served: instances ``(internal id, external name)`` merged over the
     files serving it (first name of an id wins), help text of the first file."""
 
@@ -193,7 +193,7 @@ class Serving:
         else:
             self.by_cluster.pop(cluster, None)
 
-    def indom(self, serial: int) -> IndomServed | None:
+    def indom(self, serial: int) -> MergedIndom | None:
         """PCP indom ``serial`` as served now, or None when no file serves it."""
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
@@ -208,7 +208,7 @@ class Serving:
                     insts.append((inst.internal, inst.external))
         self.owners[serial] = owners
         first = sources[0].indom
-        return IndomServed(insts, first.shorthelp, first.longhelp)
+        return MergedIndom(insts, first.shorthelp, first.longhelp)
 
     def unserve_metric(self, cluster: int, item: int) -> str | None:
         """Stop serving a PMID; returns the name it was served under (None: not served)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
 from collections.abc import Iterable, Iterator
 from typing import Final
@@ -177,6 +178,25 @@ class MmvFile:
         flags = layout.HEADER.unpack(self._live_header())[5]
         data = _pread_exact(self.path, self.fd, self.span, self.base) if self.span else b""
         return Snapshot(data, bool(flags & layout.FLAG_SENTINEL), time.time() * 1e6)
+
+    def last_snapshot(self) -> Snapshot | None:
+        """The values as last written while the generation is the one loaded: a
+        :meth:`snapshot`, else a copy read through the descriptor still open after the file
+        was unlinked (a writer restarted under its name) or removed; None when the
+        generation changed or the values cannot be read whole."""
+        try:
+            return self.snapshot()
+        except Changed:
+            pass
+        try:
+            head = os.pread(self.fd, layout.HEADER_SIZE, 0)
+            g1, g2 = layout.GENERATION.unpack_from(head, layout.GENERATION_OFFSET)
+            if (g1, g2) != (self.header.g1, self.header.g2):
+                return None
+            data = os.pread(self.fd, self.span, self.base) if self.span else b""
+        except (OSError, struct.error):
+            return None
+        return Snapshot(data, False, time.time() * 1e6) if len(data) == self.span else None
 
     def read_string(self, offset: int) -> str | None:
         """The live string entry at ``offset``: its text, or None when the offset is out of

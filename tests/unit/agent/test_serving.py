@@ -247,7 +247,7 @@ def test_indom_as_served_merges_the_files(served: Served) -> None:
     plan = served.step()
     [serial] = plan.serials
     got = served.model.indom(serial)
-    assert got == serving.IndomServed([(1, "cat"), (2, "dog"), (3, "eel")], "pets", "the pets")
+    assert got == serving.MergedIndom([(1, "cat"), (2, "dog"), (3, "eel")], "pets", "the pets")
     assert served.model.indom(serial + 1) is None
 
 
@@ -429,7 +429,7 @@ def test_instance_labels_of_a_shared_indom_need_no_scan_of_its_files(
     looked = 0
     indom_of = served.model.indom
 
-    def counting(serial: int) -> serving.IndomServed | None:
+    def counting(serial: int) -> serving.MergedIndom | None:
         nonlocal looked
         looked += 1
         return indom_of(serial)
