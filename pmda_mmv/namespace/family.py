@@ -80,6 +80,11 @@ class Family:
     def key(self) -> Key:
         return (self.spec.name, -1 if self.owner is None else self.owner, FAMILY)
 
+    def saw(self, file: str, metric: str, values: Values) -> None:
+        """A fetch read member ``file``'s counter ``metric`` as ``values``: what it had
+        counted, should its file be gone when it leaves."""
+        self.seen.setdefault(file, {})[metric] = values
+
     def mode(self, sm: ServedMetric) -> str:
         """How ``sm`` (a family metric) is aggregated."""
         if sm.metric.type == layout.TYPE_STRING:  # a string counter too: nothing to add
