@@ -146,8 +146,8 @@ class Catalogue:
         return next((e.name for e in self.files.values() if e.cluster == cluster), "?")
 
     def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
-        """Serve ``cluster`` (None: a free one, as for a file asking for none) to a family
-        (namespace/family.py) called ``holder``: no file may share it (as a spill cluster)."""
+        """Hold ``cluster`` (None: a free one, as for a file asking for none) for ``holder``
+        alone, a family: no file may share it (as a spill cluster)."""
         if cluster is None:
             return self.clusters.hold_free(set(), uid, holder)
         self.clusters.hold(cluster, uid, holder)
