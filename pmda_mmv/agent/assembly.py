@@ -42,6 +42,11 @@ class RegistryChoice:
     var_dir: str
     agent_directory: str | None = None
 
+    @property
+    def agent(self) -> bool:
+        """Whether this is the agent's own registry (else a command judges)."""
+        return self.agent_directory is None
+
 
 @dataclass(frozen=True)
 class Assembly:
@@ -80,7 +85,7 @@ def assemble(
         log=log,
         info=info,
     )
-    if options.containers and choice.agent_directory is None:
+    if options.containers and choice.agent:
         # the agent's only: check judges the paths it is given (docs/containers.md)
         scanner.containers = containers.Containers(directory, log=info)
     return Assembly(registry, catalogue, families, scanner)
@@ -113,7 +118,7 @@ def open_registry(
     if judged is not None and registry is None and not _same_directory(directory, judged):
         registry = identity.NONE[0]
     path = registry_path(registry, options.domain, choice.var_dir)
-    if judged is None:
+    if choice.agent:
         loaded = identity.Registry(path, options.registry_cap, log=log)
     else:
         loaded = identity.Registry(path, options.registry_cap, readonly=True)
