@@ -110,9 +110,9 @@ class Serving:
     ``log`` receives a line for a table that failed to build (the fetch answers
     PM_ERR_AGAIN)."""
 
-    def __init__(self, catalogue: Catalogue, log: Log, families: Families | None = None) -> None:
+    def __init__(self, catalogue: Catalogue, log: Log, families: Families) -> None:
         self.catalogue = catalogue
-        self.families = families or Families(catalogue, ())
+        self.families = families
         self.log = log
         self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
         self.served_names: dict[int, str] = {}  # key(cluster, item) -> name

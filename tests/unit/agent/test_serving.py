@@ -21,6 +21,7 @@ from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 from tests.support import mmvbuild as mb
 from tests.support.mmvbuild import MmvBuilder, publish, sample, single
@@ -36,7 +37,7 @@ class Served:
         self.logged: list[str] = []
         self.catalogue = Catalogue(log=self.logged.append)
         self.scanner = Scanner(str(path), self.catalogue, log=self.logged.append, budget=None)
-        self.model = Serving(self.catalogue, self.logged.append)
+        self.model = Serving(self.catalogue, self.logged.append, Families(self.catalogue, ()))
         self.changed: list[str] = []
 
     def step(self, changes: Changes | None = None) -> Plan:
