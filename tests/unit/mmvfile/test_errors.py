@@ -10,15 +10,18 @@ MAX = layout.MAX_PROBLEMS
 
 
 def problems(n: int) -> list[Problem]:
-    return [Problem("f", f"metrics[{i}].name", "bad", 40 + i, 64) for i in range(n)]
+    return [
+        Problem(path="f", field=f"metrics[{i}].name", message="bad", offset=40 + i, limit=64)
+        for i in range(n)
+    ]
 
 
 def test_a_problem_renders_its_field_offset_and_limit() -> None:
-    p = Corrupt("/d/f", "metrics[0].name", 40, "bad", 64).problem
+    p = Corrupt(path="/d/f", field="metrics[0].name", offset=40, message="bad", limit=64).problem
     assert str(p) == "/d/f: metrics[0].name at offset 40: bad"
     assert p.as_dict() == {"field": "metrics[0].name", "offset": 40, "message": "bad", "limit": 64}
     assert p.kind == "corrupt" and p.count == 1
-    assert Problem("/d/f", "", "gone").as_dict() == {
+    assert Problem(path="/d/f", message="gone").as_dict() == {
         "field": "file",
         "offset": -1,
         "message": "gone",
@@ -41,7 +44,9 @@ def test_a_summary_already_made_is_counted_not_listed() -> None:
     # the reader bounds its own problems: bounding them again with the catalogue's keeps
     # the count of those the reader left out (a summary is not one problem)
     reader = [*problems(MAX), unlisted("f", 8).problem]
-    catalogue = [Problem("f", "cluster", "asked for cluster 7, served as cluster 8")]
+    catalogue = [
+        Problem(path="f", field="cluster", message="asked for cluster 7, served as cluster 8")
+    ]
     out = bounded(reader + catalogue, "f")
     assert len(out) == MAX + 1 and out[-1].count == 9
     assert problem_count(out) == problem_count(reader + catalogue) == MAX + 9
