@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from pmda_mmv.mmvfile import layout
 
@@ -105,29 +106,12 @@ class MmvError(Exception):
         )
         super().__init__(self.problem)
 
-    @property
-    def path(self) -> str:
-        return self.problem.path
-
-    @property
-    def field(self) -> str:
-        return self.problem.field
-
-    @property
-    def offset(self) -> int:
-        return self.problem.offset
-
-    @property
-    def message(self) -> str:
-        return self.problem.message
-
-    @property
-    def limit(self) -> int | None:
-        return self.problem.limit
-
-    @property
-    def count(self) -> int:
-        return self.problem.count
+    path = property(attrgetter("problem.path"))
+    field = property(attrgetter("problem.field"))
+    offset = property(attrgetter("problem.offset"))
+    message = property(attrgetter("problem.message"))
+    limit = property(attrgetter("problem.limit"))
+    count = property(attrgetter("problem.count"))
 
     def __str__(self) -> str:
         return str(self.problem)
