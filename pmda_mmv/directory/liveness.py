@@ -120,6 +120,13 @@ class NoWriter(MmvError):
         self.reason = reason
         self.exited = exited
 
+    @classmethod
+    def not_found(cls, path: str, pid: int, seen: str = "") -> NoWriter:
+        """No process of innermost PID ``pid`` is the writer (``seen``: what was seen)."""
+        return cls(
+            path=path, reason=f"writer PID {pid} not found in this PID namespace or any other{seen}"
+        )
+
 
 class Searching(Exception):
     """The walk of /proc that finds the writer did not end within the request budget: the
@@ -257,9 +264,7 @@ class Writers:
         none is.  Without evidence from the maps, a process of another user is never taken:
         in a PID namespace of its own, any user can hold any innermost PID."""
         if not cands:
-            raise NoWriter(
-                path=path, reason=f"writer PID {pid} not found in this PID namespace or any other"
-            )
+            raise NoWriter.not_found(path, pid)
         late = [c for c in cands if created is not None and c.started > created + PID_SLACK]
         timely = [c for c in cands if c not in late]
         confirmed = [c for c in timely if c.holds] or [c for c in late if self._writes(c)]
@@ -279,9 +284,7 @@ class Writers:
         # process that does not map the file): those of other namespaces come and go
         mine = [c.why_not(owner) for c in timely if len(c.nspid) == 1]
         seen = f": {mine[0]}" if mine else ""
-        raise NoWriter(
-            path=path, reason=f"writer PID {pid} not found in this PID namespace or any other{seen}"
-        )
+        raise NoWriter.not_found(path, pid, seen)
 
     def _writes(self, cand: _Candidate) -> bool:
         """Whether ``cand``, though it seems to have started after the file, is its writer:
@@ -309,22 +312,15 @@ class Writers:
                 _reused(path, pid, cand)
             again = procfs.innermost(self.proc, cand.pid)
             if again is None or again[-1] != pid:
-                raise NoWriter(
-                    path=path,
-                    reason=f"writer PID {pid} not found in this PID namespace or any other",
-                )
+                raise NoWriter.not_found(path, pid)
             if writer.fd >= 0 and _readable(writer.fd):
-                raise NoWriter(
-                    path=path, reason=f"{writer.describe()} has exited"
-                )  # since it was found
+                raise NoWriter(path=path, reason=writer.exited_reason())  # since it was found
         except NoWriter:
             writer.close()
             raise
         except (psutil.Error, OSError, ValueError):
             writer.close()
-            raise NoWriter(
-                path=path, reason=f"writer PID {pid} not found in this PID namespace or any other"
-            ) from None
+            raise NoWriter.not_found(path, pid) from None
         if writer.nested:
             writer.cgroup = procfs.cgroup_of(self.proc, cand.pid)
             writer.container = procfs.container_of(writer.cgroup)
