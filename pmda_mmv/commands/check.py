@@ -76,7 +76,7 @@ class Directory:
         ignored = ignore_reason(name)
         state = self.scanner.states.get(name)
         if ignored is not None:
-            return _doc(shown, IGNORED, [Problem(path, "", ignored)])
+            return _doc(shown, IGNORED, [Problem(path=path, message=ignored)])
         if state is None:  # not in the listing: gone, or never there
             return _doc(shown, REFUSED, _not_listed(path))
         entry = state.entry
@@ -321,4 +321,4 @@ def _not_listed(path: str) -> list[Problem]:
         why = "not in the directory's listing"
     except OSError as e:
         why = f"cannot stat: {e.strerror}"
-    return [Problem(path, "", why)]
+    return [Problem(path=path, message=why)]

@@ -250,13 +250,15 @@ class Catalogue:
         why = name_problem(mf.name.replace("/", "."))
         if why and not mf.header.noprefix:
             invalid = f"file name {mf.name!r} is not a valid metric name component ({why})"
-            return self._refuse_file(Problem(mf.path, "", f"{invalid}, file not served"))
+            return self._refuse_file(Problem(path=mf.path, message=f"{invalid}, file not served"))
         cluster = self.clusters.choose(mf, requested or set(), self)
         if cluster is None:
             self.starved = True
             why = "no free cluster, file not served"
             at = layout.HEADER.at["cluster"]
-            return self._refuse_file(Problem(mf.path, "header.cluster", why, at))
+            return self._refuse_file(
+                Problem(path=mf.path, field="header.cluster", message=why, offset=at)
+            )
         entry = FileEntry(mf, cluster)
         self.clusters.take(cluster, mf.uid)
         self._add_indoms(entry, wanted or set())
@@ -393,6 +395,6 @@ class Catalogue:
 
     def _refuse(self, entry: FileEntry, field: str, why: str, offset: int = -1) -> None:
         """Part of ``entry``'s file is not served: its ``field`` (at ``offset``), ``why``."""
-        problem = Problem(entry.mf.path, field, why, offset)
+        problem = Problem(path=entry.mf.path, field=field, message=why, offset=offset)
         entry.problems.append(problem)
         self.log(str(problem))

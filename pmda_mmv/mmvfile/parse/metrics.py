@@ -112,6 +112,10 @@ def metric_slots(st: State) -> None:
         if room < 0:
             why = f"metrics x instances past {layout.MAX_ENTRIES[layout.TOC_VALUES]} value slots"
             raise Refused(
-                st.path, "metric.indom", m.offset, why, layout.MAX_ENTRIES[layout.TOC_VALUES]
+                path=st.path,
+                field="metric.indom",
+                offset=m.offset,
+                message=why,
+                limit=layout.MAX_ENTRIES[layout.TOC_VALUES],
             )
         m.slots = array("q", [-1]) * n

@@ -66,7 +66,9 @@ class State:
         """Record one skipped section or entry; past :data:`~.layout.MAX_PROBLEMS` only
         count it (:meth:`finish` then adds one summary problem)."""
         if len(self.out.problems) < layout.MAX_PROBLEMS:
-            self.out.problems.append(Corrupt(self.path, field, offset, message, limit))
+            self.out.problems.append(
+                Corrupt(path=self.path, field=field, offset=offset, message=message, limit=limit)
+            )
         else:
             self.unlisted += 1
 
