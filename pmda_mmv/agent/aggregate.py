@@ -51,8 +51,8 @@ class FamilyTable:
                 continue
             fresh = True
             values = built[0]
-            if self.counter:  # what it had counted, should its file be gone when it leaves
-                fam.seen.setdefault(sm.file, {})[name] = values
+            if self.counter:
+                fam.saw(sm.file, name, values)
             pairs = values.items() if isinstance(values, dict) else enumerate(values)
             _fold(acc, pairs, self.mode)
         if not fresh and not acc and holders:

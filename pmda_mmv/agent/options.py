@@ -7,19 +7,14 @@ The C agent's options (``-D``, ``-d``, ``-l``, ``-U``) plus ours.  No PCP import
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from pmda_mmv.directory.filestate import parse_owners
-from pmda_mmv.directory.resources import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL, Limits
-from pmda_mmv.directory.scanner import Scanner
-from pmda_mmv.mmvfile.pcpdefs import Log
+from pmda_mmv.directory.resources import MAX_INDOMS, MAX_INSTANCES, MAX_NAMES, MAX_TOTAL
 from pmda_mmv.mmvfile.reader import DEFAULT_MAX_SIZE
 from pmda_mmv.namespace import registry as identity
-from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 
 
@@ -40,6 +35,7 @@ class ServingOptions:
     registry: str | None = None  # None: the default path; "" or "none": memory only
     registry_cap: int = identity.CAP
     families: tuple[FamilySpec, ...] = ()
+    containers: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,6 @@ class Options(ServingOptions):
     polling: bool = False
     notready: bool = False
     pmid_hash_reset: bool = True
-    containers: bool = False
 
 
 def add_max_size(p: argparse.ArgumentParser, text: str) -> None:
@@ -95,6 +90,13 @@ def add_serving_options(p: argparse.ArgumentParser) -> None:
         "<prefix>.NAME.*, each metric aggregated over them: counters summed (departed "
         "members' counts kept), others by MODE (sum, min, max, mostrecent; "
         ":mode.METRIC=MODE for one metric); repeatable (docs/families.md)",
+    )
+    p.add_argument(
+        "--containers",
+        action="store_true",
+        help="also serve the MMV directories inside containers' own filesystems, as "
+        "mmv.containers.<container>.*, a subtree no host file is served under; the agent "
+        "then stays root (check and debug judge the host's files so, docs/containers.md)",
     )
 
 
@@ -141,77 +143,8 @@ def parse_families(p: argparse.ArgumentParser, values: Sequence[str]) -> tuple[F
     return tuple(specs)
 
 
-def families_for(
-    catalogue: Catalogue, specs: Sequence[FamilySpec], log: Log | None = None
-) -> Families:
-    """The :class:`~.family.Families` of the serving options over ``catalogue``: one place
-    for the agent, ``check`` and ``debug``."""
-    return Families(catalogue, specs, log)
-
-
-def scanner_for(
-    directory: str,
-    catalogue: Catalogue,
-    limits: ServingOptions,
-    log: Log | None = None,
-    info: Log | None = None,
-) -> Scanner:
-    """The :class:`~.scanner.Scanner` of ``directory`` under the serving options
-    ``limits``: one place for the agent, ``check`` and ``debug`` (an option added to
-    :func:`add_serving_options` reaches all three here)."""
-    return Scanner(
-        directory,
-        catalogue,
-        owners=limits.owners,
-        limits=Limits(
-            limits.max_size,
-            limits.max_total,
-            limits.max_names,
-            limits.max_indoms,
-            limits.max_instances,
-        ),
-        log=log,
-        info=info,
-    )
-
-
 REGISTRY_ENV: Final = "PMDA_MMV_REGISTRY"
 """The environment variable that stands for ``--registry`` when the option is not given."""
-
-
-def registry_option(registry: str | None) -> str | None:
-    """``--registry`` as given, else :data:`REGISTRY_ENV` (None: neither is set)."""
-    return registry if registry is not None else os.environ.get(REGISTRY_ENV)
-
-
-def registry_path(registry: str | None, domain: int, var_dir: str) -> str | None:
-    """The registry file for ``--registry`` (or :data:`REGISTRY_ENV`; None: in memory
-    only)."""
-    registry = registry_option(registry)
-    if registry is None:
-        return identity.default_path(var_dir, domain)
-    return None if registry in identity.NONE else registry
-
-
-def open_registry(
-    options: ServingOptions, var_dir: str, directory: str, agent_directory: str
-) -> identity.Registry:
-    """The registry ``check`` and ``debug`` number ``directory``'s files with, loaded read
-    only (they never change it): ``--registry`` (or :data:`REGISTRY_ENV`) when given; else
-    the agent's default one when ``directory`` is the agent's (``agent_directory``), and
-    none (in memory only) for any other directory, whose files the agent never numbered."""
-    registry = registry_option(options.registry)
-    if registry is None and not _same_directory(directory, agent_directory):
-        registry = identity.NONE[0]
-    path = registry_path(registry, options.domain, var_dir)
-    loaded = identity.Registry(path, options.registry_cap, readonly=True)
-    loaded.load()
-    return loaded
-
-
-def _same_directory(a: str, b: str) -> bool:
-    """Whether paths ``a`` and ``b`` name one directory (symlinks followed)."""
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServingOptions:
@@ -221,6 +154,8 @@ def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Servin
         owners = parse_owners(a.owners)
     except ValueError as e:
         p.error(str(e))
+    if a.containers and any(f.partition("=")[0] == "containers" for f in a.family):
+        p.error("--containers: mmv.containers is the containers' subtree, no family of that name")
     return ServingOptions(
         domain=a.domain,
         prefix=a.prefix,
@@ -233,6 +168,7 @@ def serving_options(p: argparse.ArgumentParser, a: argparse.Namespace) -> Servin
         registry=a.registry,
         registry_cap=a.registry_cap,
         families=parse_families(p, a.family),
+        containers=a.containers,
     )
 
 
@@ -268,12 +204,6 @@ def parser() -> argparse.ArgumentParser:
     )
     add_serving_options(p)
     p.add_argument(
-        "--containers",
-        action="store_true",
-        help="also serve the MMV directories inside containers' own filesystems, as "
-        "mmv.containers.<container>.*; the agent then stays root (docs/containers.md)",
-    )
-    p.add_argument(
         "--notready",
         action="store_true",
         help="pmcd.conf has 'notready': report ready to pmcd after the first scan",
@@ -287,8 +217,6 @@ def parse_args(argv: Sequence[str]) -> Options:
     a = p.parse_args(argv)
     if a.containers and a.username:
         p.error("--containers: the agent stays root to open containers' directories, no -U")
-    if a.containers and any(f.partition("=")[0] == "containers" for f in a.family):
-        p.error("--containers: mmv.containers is the containers' subtree, no family of that name")
     return Options(
         **_fields(serving_options(p, a)),
         logfile=a.log or f"{a.prefix}.log",
@@ -299,5 +227,4 @@ def parse_args(argv: Sequence[str]) -> Options:
         polling=a.polling,
         notready=a.notready,
         pmid_hash_reset=a.pmid_hash_reset,
-        containers=a.containers,
     )

@@ -23,19 +23,18 @@ from pcp.pmapi import pmContext, pmUnits
 from pcp.pmda import PMDA, pmdaMetric
 
 from pmda_mmv.agent import control, pcpcompat, serving
+from pmda_mmv.agent.assembly import RegistryChoice, assemble
 from pmda_mmv.agent.control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
-from pmda_mmv.agent.options import Options, families_for, parse_args, registry_path, scanner_for
+from pmda_mmv.agent.options import Options, parse_args
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
-from pmda_mmv.directory import containers, fdlimit
+from pmda_mmv.directory import fdlimit
 from pmda_mmv.directory.filestate import STATES, Changes
 from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import pmunits
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 
 __all__ = ["MmvPMDA", "main"]
@@ -55,19 +54,15 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         # one limiter for every line about a file: errors (LOG_ERR) and benign events
         # (LOG_INFO: a writer's exit, a file not ready yet, a number reassigned)
         self.file_log = LogLimit(self.err, info=self.log)
-        path = registry_path(opts.registry, opts.domain, pmContext.pmGetConfig("PCP_VAR_DIR"))
-        self.registry = Registry(path, opts.registry_cap, log=self.file_log)
-        self.registry.load()  # before the first scan (and before set_user: read as started)
-        reserved = ("control", containers.SCOPE) if opts.containers else ("control",)
-        self.catalogue = Catalogue(
-            opts.prefix, reserved, self.file_log, info=self.file_log.info, registry=self.registry
-        )
-        self.families = families_for(self.catalogue, opts.families, self.file_log.info)
-        self.scanner = scanner_for(
-            directory, self.catalogue, opts, log=self.file_log, info=self.file_log.info
-        )
-        if opts.containers:  # opened as root: the agent keeps it (docs/containers.md)
-            self.scanner.containers = containers.Containers(directory, log=self.file_log.info)
+        built = assemble(
+            opts,
+            directory,
+            RegistryChoice(pmContext.pmGetConfig("PCP_VAR_DIR")),
+            self.file_log,
+            self.file_log.info,
+        )  # the registry loaded before the first scan (and before set_user: read as started)
+        self.registry, self.catalogue = built.registry, built.catalogue
+        self.families, self.scanner = built.families, built.scanner
         self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan

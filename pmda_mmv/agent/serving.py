@@ -70,7 +70,7 @@ class Plan:
     names: bool = False
 
 
-class IndomServed(NamedTuple):
+class MergedIndom(NamedTuple):
     """A PCP indom as served: instances ``(internal id, external name)`` merged over the
     files serving it (first name of an id wins), help text of the first file."""
 
@@ -108,9 +108,9 @@ class Serving:
     ``log`` receives a line for a table that failed to build (the fetch answers
     PM_ERR_AGAIN)."""
 
-    def __init__(self, catalogue: Catalogue, log: Log, families: Families | None = None) -> None:
+    def __init__(self, catalogue: Catalogue, log: Log, families: Families) -> None:
         self.catalogue = catalogue
-        self.families = families or Families(catalogue, ())
+        self.families = families
         self.log = log
         self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
         self.served_names: dict[int, str] = {}  # key(cluster, item) -> name
@@ -191,7 +191,7 @@ class Serving:
         else:
             self.by_cluster.pop(cluster, None)
 
-    def indom(self, serial: int) -> IndomServed | None:
+    def indom(self, serial: int) -> MergedIndom | None:
         """PCP indom ``serial`` as served now, or None when no file serves it."""
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
@@ -206,7 +206,7 @@ class Serving:
                     insts.append((inst.internal, inst.external))
         self.owners[serial] = owners
         first = sources[0].indom
-        return IndomServed(insts, first.shorthelp, first.longhelp)
+        return MergedIndom(insts, first.shorthelp, first.longhelp)
 
     def unserve_metric(self, cluster: int, item: int) -> str | None:
         """Stop serving a PMID; returns the name it was served under (None: not served)."""

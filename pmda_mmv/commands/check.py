@@ -30,14 +30,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from pmda_mmv.agent.options import (
-    ServingOptions,
-    add_serving_options,
-    families_for,
-    open_registry,
-    scanner_for,
-    serving_options,
-)
+from pmda_mmv.agent.assembly import RegistryChoice, assemble
+from pmda_mmv.agent.options import ServingOptions, add_serving_options, serving_options
 from pmda_mmv.commands.pcpenv import tmp_dir, var_dir
 from pmda_mmv.directory.filestate import (
     IGNORED,
@@ -50,7 +44,6 @@ from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.errors import Changed, MmvError, Problem, bounded
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
 Doc = dict[str, Any]
@@ -66,10 +59,9 @@ class Directory:
         self.domain = options.domain
         # read only: check never changes it; the agent's only for the agent's directory
         agent_directory = os.path.join(tmp_dir(), options.prefix)
-        self.registry = open_registry(options, var_dir(), directory, agent_directory)
-        self.catalogue = Catalogue(options.prefix, registry=self.registry)
-        self.families = families_for(self.catalogue, options.families)
-        self.scanner = scanner_for(directory, self.catalogue, options)
+        built = assemble(options, directory, RegistryChoice(var_dir(), agent_directory))
+        self.registry, self.catalogue = built.registry, built.catalogue
+        self.families, self.scanner = built.families, built.scanner
         self.scanner.refresh(force=True)
 
     def entries(self) -> list[str]:
@@ -84,7 +76,7 @@ class Directory:
         ignored = ignore_reason(name)
         state = self.scanner.states.get(name)
         if ignored is not None:
-            return _doc(shown, IGNORED, [Problem(path, "", ignored)])
+            return _doc(shown, IGNORED, [Problem(path=path, message=ignored)])
         if state is None:  # not in the listing: gone, or never there
             return _doc(shown, REFUSED, _not_listed(path))
         entry = state.entry
@@ -329,4 +321,4 @@ def _not_listed(path: str) -> list[Problem]:
         why = "not in the directory's listing"
     except OSError as e:
         why = f"cannot stat: {e.strerror}"
-    return [Problem(path, "", why)]
+    return [Problem(path=path, message=why)]

@@ -18,13 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from pmda_mmv.agent.options import (
-    add_serving_options,
-    families_for,
-    open_registry,
-    scanner_for,
-    serving_options,
-)
+from pmda_mmv.agent.assembly import RegistryChoice, assemble
+from pmda_mmv.agent.options import add_serving_options, serving_options
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.commands.pcpenv import tmp_dir, units_text, var_dir
 from pmda_mmv.directory.filestate import Changes
@@ -34,7 +29,6 @@ from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import MmvError, problem_count
 from pmda_mmv.mmvfile.rules import printable
-from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
 
@@ -156,10 +150,9 @@ def main(argv: Sequence[str]) -> int:
     limited = LogLimit(log, info=info)
     # the agent's numbers, read only: debug saves nothing
     agent_directory = os.path.join(tmp_dir(), options.prefix)
-    registry = open_registry(options, var_dir(), directory, agent_directory)
-    catalogue = Catalogue(options.prefix, log=limited, info=limited.info, registry=registry)
-    families = families_for(catalogue, options.families, limited.info)
-    scanner = scanner_for(directory, catalogue, options, log=limited, info=limited.info)
+    choice = RegistryChoice(var_dir(), agent_directory)
+    built = assemble(options, directory, choice, limited, limited.info)
+    families, scanner = built.families, built.scanner
     report(scanner.refresh(force=True), scanner, out, families)
     if a.once:
         table(scanner.served(), options.domain, out)

@@ -141,7 +141,7 @@ class Pruner:
             try:
                 writer = self.writers.open(mf)
             except NoWriter as gone:  # liveness's own words when it has them, else ours
-                why = str(gone) or _departed(pid)
+                why = gone.reason or _departed(pid)
                 if self.nested:  # a writer of the host (or a parent container) is not seen
                     why += ", but prune runs in a child PID namespace: not judged"
                     return self.keep(path, why, UNSEEN)

@@ -205,7 +205,9 @@ class Entries:
         _close(mf, writer)
         for problem in mf.problems:
             self.log(str(problem))  # the catalogue logged its own (entry.problems)
-        problems = _problems(mf, entry) or [Problem(mf.path, "metrics", "no metric entry served")]
+        problems = _problems(mf, entry) or [
+            Problem(path=mf.path, field="metrics", message="no metric entry served")
+        ]
         self.set_state(state, REFUSED, problems[-1], changes, logged=True)
         state.problems = problems
         if entry.starved:

@@ -9,7 +9,7 @@ import pwd
 from dataclasses import dataclass, field
 from typing import Final
 
-from pmda_mmv.directory.liveness import Writer
+from pmda_mmv.directory.liveness import NoWriter, Writer
 from pmda_mmv.mmvfile.errors import Changed, MmvError, NotReady, Problem
 from pmda_mmv.namespace.served import FileEntry
 
@@ -45,10 +45,14 @@ ALL: Final = "\0all"
 
 
 def status_of(error: MmvError) -> str:
-    """The state of a file whose open or read raised ``error``: ``not-ready`` for NotReady
+    """The state of a directory entry whose look, open, read or writer search raised
+    ``error`` (whose :attr:`~.MmvError.problem` is the entry's): ``not-ready`` for NotReady
     and Changed (the writer is not done, or the file changed while it was read: it is
-    retried), ``refused`` for anything else.  The one mapping of the agent, ``check``,
-    ``dump`` and ``debug``."""
+    retried), ``exited`` or ``no-writer`` for :class:`~.liveness.NoWriter`, ``refused`` for
+    anything else (a :class:`~.policy.Skip` included).  The one mapping of the agent,
+    ``check``, ``dump`` and ``debug``."""
+    if isinstance(error, NoWriter):
+        return EXITED if error.exited else NO_WRITER
     return NOT_READY if isinstance(error, NotReady | Changed) else REFUSED
 
 

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Final
 
 from pmda_mmv.directory import procfs
 from pmda_mmv.mmvfile import generation, layout
-from pmda_mmv.mmvfile.errors import Problem
+from pmda_mmv.mmvfile.errors import MmvError, Problem
 from pmda_mmv.mmvfile.reader import MmvFile
 
 if TYPE_CHECKING:
@@ -107,14 +107,25 @@ class Writer:
         return doc
 
 
-class NoWriter(Exception):
-    """No live writer of a PROCESS file: ``reason`` says what was seen; ``exited`` only when
-    the writer was found and has exited."""
+class NoWriter(MmvError):
+    """No live writer of the PROCESS file at ``path``, a problem of its ``header.process``:
+    ``reason`` says what was seen; ``exited`` only when the writer was found and has
+    exited."""
 
-    def __init__(self, reason: str, exited: bool = False) -> None:
-        super().__init__(reason)
+    def __init__(self, *, path: str, reason: str, exited: bool = False) -> None:
+        why = f"{reason} (MMV_FLAG_PROCESS), file not served"
+        super().__init__(
+            path=path, field="header.process", message=why, offset=layout.HEADER.at["process"]
+        )
         self.reason = reason
         self.exited = exited
+
+    @classmethod
+    def not_found(cls, path: str, pid: int, seen: str = "") -> NoWriter:
+        """No process of innermost PID ``pid`` is the writer (``seen``: what was seen)."""
+        return cls(
+            path=path, reason=f"writer PID {pid} not found in this PID namespace or any other{seen}"
+        )
 
 
 class Searching(Exception):
@@ -124,8 +135,7 @@ class Searching(Exception):
 
 def writer_problem(path: str, reason: str) -> Problem:
     """The problem of a PROCESS file without a live writer."""
-    why = f"{reason} (MMV_FLAG_PROCESS), file not served"
-    return Problem(path, "header.process", why, layout.HEADER.at["process"])
+    return NoWriter(path=path, reason=reason).problem
 
 
 def exit_problem(path: str, mf: MmvFile, writer: Writer | None = None) -> Problem:
@@ -181,21 +191,25 @@ class Writers:
         self.walks = 0  # walks of /proc done so far
         self._boot: float | None = None  # boot time (seconds since the epoch), once read
 
-    def open(self, mf: MmvFile, deadline: float | None = None) -> Writer | None:
+    def open(
+        self, mf: MmvFile, deadline: float | None = None, *, path: str | None = None
+    ) -> Writer | None:
         """The live writer of a PROCESS file (None for other files and pid 0, as the C
-        agent); raises NoWriter saying why there is none, Searching when the walk of /proc
-        must go on at the next request (past ``deadline``)."""
+        agent); raises NoWriter saying why there is none (a problem of ``path``, by default
+        the file's), Searching when the walk of /proc must go on at the next request (past
+        ``deadline``)."""
+        path = mf.path if path is None else path
         pid = mf.header.process
         if not mf.header.process_flag or pid == 0:
             return None
         if pid < 0:
-            raise NoWriter(f"writer PID {pid} is not a process ID")
+            raise NoWriter(path=path, reason=f"writer PID {pid} is not a process ID")
         st = os.fstat(mf.fd)
         dev, ino = st.st_dev, st.st_ino
         created = generation.generation_time(mf.header.g1, time.time())
         fast = self._candidate(pid, dev, ino, None)
         if fast is not None and fast.holds and len(fast.nspid) == 1:
-            return self._follow(fast, pid, created)
+            return self._follow(path, fast, pid, created)
         where = procfs.fs_path(self.proc, mf.path, dev)
         # the writer existed when the file was created (or last written): a walk that
         # listed /proc since then holds it.  Never later than the inode's ctime, which its
@@ -206,7 +220,7 @@ class Writers:
         index = self._walk(min(since, st.st_ctime, time.time()), deadline)
         found = [self._candidate(p, dev, ino, where) for p in index.by_inner.get(pid, ())]
         cands = [c for c in found if c is not None and c.nspid[-1] == pid]
-        return self._follow(self._choose(pid, cands, created, st.st_uid), pid, created)
+        return self._follow(path, self._choose(path, pid, cands, created, st.st_uid), pid, created)
 
     def _walk(self, since: float, deadline: float | None) -> procfs.ProcIndex:
         """A finished walk of /proc that listed it after ``since`` (wall clock): the last
@@ -242,7 +256,7 @@ class Writers:
         return cand
 
     def _choose(
-        self, pid: int, cands: list[_Candidate], created: float | None, owner: int
+        self, path: str, pid: int, cands: list[_Candidate], created: float | None, owner: int
     ) -> _Candidate:
         """The writer among the processes of innermost PID ``pid``: the one whose maps show
         the file, else (maps unreadable) the one of the file's ``owner`` that started last
@@ -250,7 +264,7 @@ class Writers:
         none is.  Without evidence from the maps, a process of another user is never taken:
         in a PID namespace of its own, any user can hold any innermost PID."""
         if not cands:
-            raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other")
+            raise NoWriter.not_found(path, pid)
         late = [c for c in cands if created is not None and c.started > created + PID_SLACK]
         timely = [c for c in cands if c not in late]
         confirmed = [c for c in timely if c.holds] or [c for c in late if self._writes(c)]
@@ -265,12 +279,12 @@ class Writers:
             return max(unknown, key=lambda c: c.started)
         if late and not timely:  # every holder of that PID started after the file
             here = next((c for c in late if len(c.nspid) == 1), late[0])
-            return _reused(pid, here)
+            return _reused(path, pid, here)
         # what was seen of the agent's own process of that number (the host's init, a
         # process that does not map the file): those of other namespaces come and go
         mine = [c.why_not(owner) for c in timely if len(c.nspid) == 1]
         seen = f": {mine[0]}" if mine else ""
-        raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other{seen}")
+        raise NoWriter.not_found(path, pid, seen)
 
     def _writes(self, cand: _Candidate) -> bool:
         """Whether ``cand``, though it seems to have started after the file, is its writer:
@@ -283,7 +297,7 @@ class Writers:
             return False
         return procfs.maps_writable(self.proc, cand.pid, cand.dev, cand.ino)
 
-    def _follow(self, cand: _Candidate, pid: int, created: float | None) -> Writer:
+    def _follow(self, path: str, cand: _Candidate, pid: int, created: float | None) -> Writer:
         """Open the chosen process (pidfd, psutil); NoWriter when it went meanwhile."""
         import psutil
 
@@ -295,20 +309,18 @@ class Writers:
             writer.process = psutil.Process(cand.pid)
             late = created is not None and writer.process.create_time() > created + PID_SLACK
             if late and not self._writes(cand):
-                _reused(pid, cand)
+                _reused(path, pid, cand)
             again = procfs.innermost(self.proc, cand.pid)
             if again is None or again[-1] != pid:
-                raise NoWriter(f"writer PID {pid} not found in this PID namespace or any other")
+                raise NoWriter.not_found(path, pid)
             if writer.fd >= 0 and _readable(writer.fd):
-                raise NoWriter(f"{writer.describe()} has exited")  # since it was found
+                raise NoWriter(path=path, reason=writer.exited_reason())  # since it was found
         except NoWriter:
             writer.close()
             raise
         except (psutil.Error, OSError, ValueError):
             writer.close()
-            raise NoWriter(
-                f"writer PID {pid} not found in this PID namespace or any other"
-            ) from None
+            raise NoWriter.not_found(path, pid) from None
         if writer.nested:
             writer.cgroup = procfs.cgroup_of(self.proc, cand.pid)
             writer.container = procfs.container_of(writer.cgroup)
@@ -353,9 +365,10 @@ class Writers:
         return [self._names[fd] for fd, _ in self._epoll.poll(0)]
 
 
-def _reused(pid: int, cand: _Candidate) -> _Candidate:
+def _reused(path: str, pid: int, cand: _Candidate) -> _Candidate:
     where = "" if len(cand.nspid) == 1 else f" (PID {cand.pid} in the agent's namespace)"
-    raise NoWriter(f"PID {pid}{where} belongs to a process started after this file: PID reused")
+    why = f"PID {pid}{where} belongs to a process started after this file: PID reused"
+    raise NoWriter(path=path, reason=why)
 
 
 def running(writer: Writer) -> bool:

@@ -17,8 +17,6 @@ from typing import Final
 
 from pmda_mmv.directory.entrytable import Entries, Opened
 from pmda_mmv.directory.filestate import (
-    EXITED,
-    NO_WRITER,
     NOT_READY,
     PENDING,
     REFUSED,
@@ -27,7 +25,7 @@ from pmda_mmv.directory.filestate import (
     FileState,
     status_of,
 )
-from pmda_mmv.directory.liveness import NoWriter, Searching, Writer, writer_problem
+from pmda_mmv.directory.liveness import NoWriter, Searching, Writer
 from pmda_mmv.directory.policy import Skip, resolve
 from pmda_mmv.directory.resources import Inode
 from pmda_mmv.mmvfile.errors import MmvError, Problem
@@ -142,7 +140,7 @@ class Loader:
         did not foresee) is this file's problem: refused with the exception named, looked
         at again when its stat changes; the other files of the scan are still served."""
         why = f"unexpected error while loading ({type(error).__name__}: {error}), not served"
-        self.entries.set_state(state, REFUSED, Problem(path, "", why), changes)
+        self.entries.set_state(state, REFUSED, Problem(path=path, message=why), changes)
 
     def _load(
         self,
@@ -193,14 +191,14 @@ class Loader:
         is refused (state and log updated, unless refused so already)."""
         try:
             if isinstance(lst, OSError):
-                raise Skip(f"cannot stat: {lst.strerror}", None)
+                raise Skip(path=path, message=f"cannot stat: {lst.strerror}", key=None)
             follow = "/" not in state.name  # a container's: no symlink (containers.py)
             return resolve(self.directory, path, lst, self.owners, follow)
         except Skip as skip:
             if skip.key is not None and skip.key == state.key:
                 return None
             state.key = skip.key
-            self.entries.set_state(state, REFUSED, Problem(path, "", str(skip)), changes)
+            self.entries.set_state(state, status_of(skip), skip.problem, changes)
             return None
 
     def _writer(
@@ -216,7 +214,7 @@ class Loader:
         goes on at the next request (queued again, PENDING)."""
         path, deadline = at
         try:
-            return (self.entries.writers.open(mf, deadline),)
+            return (self.entries.writers.open(mf, deadline, path=path),)
         except Searching:  # the walk of /proc goes on at the next request
             mf.close()
             state.key = UNSEEN
@@ -227,8 +225,7 @@ class Loader:
             return None
         except NoWriter as e:
             mf.close()
-            why = writer_problem(path, e.reason)
-            self.entries.set_state(state, EXITED if e.exited else NO_WRITER, why, changes)
+            self.entries.set_state(state, status_of(e), e.problem, changes)
             return None
         except BaseException:
             mf.close()  # its descriptor is not left open by an unexpected error

@@ -9,14 +9,16 @@ from __future__ import annotations
 import os
 import stat
 
+from pmda_mmv.mmvfile.errors import MmvError
 from pmda_mmv.mmvfile.opener import kind
 
 
-class Skip(Exception):
-    """A directory entry that is not read; ``key`` identifies it until it changes."""
+class Skip(MmvError):
+    """A directory entry that is not read, as a problem of the whole entry (``path`` and
+    ``message``: why); ``key`` identifies the entry until it changes (None: never the same)."""
 
-    def __init__(self, why: str, key: tuple[int, ...] | None) -> None:
-        super().__init__(why)
+    def __init__(self, *, path: str, message: str, key: tuple[int, ...] | None) -> None:
+        super().__init__(path=path, message=message)
         self.key = key
 
 
@@ -32,19 +34,23 @@ def resolve(
     container's directory, :mod:`~.containers`) no symlink is followed."""
     target, st = path, lst
     if stat.S_ISLNK(lst.st_mode) and not follow:
-        raise Skip("symlink in a container's directory, not followed", key(lst))
+        raise Skip(
+            path=path, message="symlink in a container's directory, not followed", key=key(lst)
+        )
     if stat.S_ISLNK(lst.st_mode):
         target = os.path.realpath(path)
         if os.path.dirname(target) != os.path.realpath(directory):
-            raise Skip("symlink out of the directory, not followed", key(lst))
+            raise Skip(
+                path=path, message="symlink out of the directory, not followed", key=key(lst)
+            )
         try:
             st = os.lstat(target)
         except OSError as e:
-            raise Skip(f"symlink target: {e.strerror}", key(lst)) from None
+            raise Skip(path=path, message=f"symlink target: {e.strerror}", key=key(lst)) from None
     if not stat.S_ISREG(st.st_mode):
-        raise Skip(f"not a regular file ({kind(st.st_mode)})", key(st))
+        raise Skip(path=path, message=f"not a regular file ({kind(st.st_mode)})", key=key(st))
     if owners is not None and st.st_uid not in owners:
-        raise Skip(f"owner uid {st.st_uid} is not trusted", key(st))
+        raise Skip(path=path, message=f"owner uid {st.st_uid} is not trusted", key=key(st))
     return target, st
 
 

@@ -131,7 +131,9 @@ class Resources:
         self.gone(name)  # a link of another inode before: remembered once, here
         self._links.setdefault(inode, set()).add(name)
         self._link_of[name] = inode
-        return Problem(path, "file", f"same file as {holder} (hard link), file not served")
+        return Problem(
+            path=path, field="file", message=f"same file as {holder} (hard link), file not served"
+        )
 
     def over_total(self, path: str, size: int, was: FileEntry | None) -> Problem | None:
         """Why a file of ``size`` bytes (served before as ``was``) would take the served
@@ -141,7 +143,8 @@ class Resources:
         if size > limits.max_size or others + size <= limits.max_total:
             return None
         why = f"the served files would hold more than {limits.max_total} bytes (--max-total)"
-        return Problem(path, f"file size {size}", f"{why}, file not served", -1, limits.max_total)
+        message = f"file size {size}: {why}, file not served"  # the whole file's size
+        return Problem(path=path, message=message, limit=limits.max_total)
 
     def over_files(self, path: str, was: FileEntry | None, open: tuple[int, int]) -> Problem | None:
         """Why serving one more file (its descriptor and maybe a pidfd) would take the
@@ -152,7 +155,12 @@ class Resources:
         if was is not None or used + 2 <= self.max_files:
             return None
         why = f"{served} files served, the most the descriptor limit allows (RLIMIT_NOFILE)"
-        return Problem(path, "file", f"{why}, file not served", -1, self.max_files)
+        return Problem(
+            path=path,
+            field="file",
+            message=f"{why}, file not served",
+            limit=self.max_files,
+        )
 
     def over_counts(self, mf: MmvFile) -> Problem | None:
         """Why serving ``mf`` would take the served files past ``--max-names``,
@@ -168,7 +176,12 @@ class Resources:
         ):
             if have + n > most:
                 why = f"the served files would have more than {most} (--max-{unit})"
-                return Problem(mf.path, what, f"{n} {unit}: {why}, file not served", -1, most)
+                return Problem(
+                    path=mf.path,
+                    field=what,
+                    message=f"{n} {unit}: {why}, file not served",
+                    limit=most,
+                )
         return None
 
 

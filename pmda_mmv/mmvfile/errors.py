@@ -13,19 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from pmda_mmv.mmvfile import limits
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Problem:
     """One problem of the file at ``path``: its ``field`` (empty: the whole file), the
     byte ``offset`` of that field (-1: none), the ``message``, the ``limit`` broken (or
     None), its ``kind`` (an :class:`MmvError` kind, or ``error``) and ``count``: how many
-    problems it stands for (more than one: the summary of those not listed)."""
+    problems it stands for (more than one: the summary of those not listed).  Built by
+    keyword only: its fields have one order, the one of :meth:`__str__`."""
 
     path: str
-    field: str
+    field: str = ""
     message: str
     offset: int = -1
     limit: int | None = None
@@ -73,43 +75,43 @@ def bounded(problems: list[Problem], path: str) -> list[Problem]:
 def unlisted(path: str, count: int) -> Corrupt:
     """The one problem standing for ``count`` problems past :data:`~.limits.MAX_PROBLEMS`."""
     message = f"{count} more problems not listed (the first {limits.MAX_PROBLEMS} are)"
-    return Corrupt(path, "file", -1, message, limits.MAX_PROBLEMS, count=count)
+    return Corrupt(path=path, field="file", message=message, limit=limits.MAX_PROBLEMS, count=count)
 
 
 class MmvError(Exception):
-    """A problem with an MMV file: which file, which field, at which byte offset, and why.
-
-    Attributes: ``path`` (str), ``field`` (a dotted location such as ``metrics[3].item``),
-    ``offset`` (absolute byte offset of the field in the file, -1 when not applicable),
-    ``message`` (str) and ``limit`` (the bound that was broken, or None).
-    """
+    """A problem with an MMV file, raised: it carries one :class:`Problem` (:attr:`problem`,
+    of this error's :attr:`kind`), built from the same keywords; ``path``, ``field``,
+    ``offset``, ``message``, ``limit`` and ``count`` read it."""
 
     kind = "error"
 
     def __init__(
         self,
-        path: str,
-        field: str,
-        offset: int,
-        message: str,
-        limit: int | None = None,
         *,
+        path: str,
+        field: str = "",
+        message: str,
+        offset: int = -1,
+        limit: int | None = None,
         count: int = 1,
     ) -> None:
-        super().__init__(path, field, offset, message, limit)
-        self.path = path
-        self.field = field
-        self.offset = offset
-        self.message = message
-        self.limit = limit
-        self.count = count
-
-    @property
-    def problem(self) -> Problem:
-        """This error as data."""
-        return Problem(
-            self.path, self.field, self.message, self.offset, self.limit, self.kind, self.count
+        self.problem = Problem(
+            path=path,
+            field=field,
+            message=message,
+            offset=offset,
+            limit=limit,
+            kind=self.kind,
+            count=count,
         )
+        super().__init__(self.problem)
+
+    path = property(attrgetter("problem.path"))
+    field = property(attrgetter("problem.field"))
+    offset = property(attrgetter("problem.offset"))
+    message = property(attrgetter("problem.message"))
+    limit = property(attrgetter("problem.limit"))
+    count = property(attrgetter("problem.count"))
 
     def __str__(self) -> str:
         return str(self.problem)

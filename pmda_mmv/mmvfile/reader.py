@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
 from collections.abc import Iterable, Iterator
 from typing import Final
@@ -91,11 +92,13 @@ class MmvFile:
         try:
             fd, st = open_regular(path)
         except NotRegular as e:
-            raise Refused(path, "file", -1, str(e.strerror)) from None
+            raise Refused(path=path, field="file", message=str(e.strerror)) from None
         except OSError as e:
             if e.errno in OUT_OF_DESCRIPTORS:  # the reader's condition, not the file's
-                raise NotReady(path, "file", -1, f"cannot open: {e.strerror}") from None
-            raise Refused(path, "file", -1, f"cannot open: {e.strerror}") from None
+                raise NotReady(
+                    path=path, field="file", message=f"cannot open: {e.strerror}"
+                ) from None
+            raise Refused(path=path, field="file", message=f"cannot open: {e.strerror}") from None
         try:
             _check_stat(path, st, max_size)
             read_header(path, _pread_exact(path, fd, layout.HEADER_SIZE, 0), st.st_size)
@@ -147,23 +150,29 @@ class MmvFile:
 
     def _live_header(self) -> bytes:
         if self.fd < 0:
-            raise Changed(self.path, "file", -1, "closed")
+            raise Changed(path=self.path, field="file", message="closed")
         try:
             st = os.fstat(self.fd)
         except OSError as e:
-            raise Changed(self.path, "file", -1, f"fstat failed: {e.strerror}") from None
+            raise Changed(
+                path=self.path, field="file", message=f"fstat failed: {e.strerror}"
+            ) from None
         if st.st_size != self.size:
-            raise Changed(self.path, "file", -1, f"size changed from {self.size} to {st.st_size}")
+            raise Changed(
+                path=self.path,
+                field="file",
+                message=f"size changed from {self.size} to {st.st_size}",
+            )
         if st.st_nlink == 0:
-            raise Changed(self.path, "file", -1, "unlinked (replaced or removed)")
+            raise Changed(path=self.path, field="file", message="unlinked (replaced or removed)")
         head = _pread_exact(self.path, self.fd, layout.HEADER_SIZE, 0)
         g1, g2 = layout.GENERATION.unpack_from(head, layout.GENERATION_OFFSET)
         if g1 != self.header.g1 or g2 != self.header.g2:
             raise Changed(
-                self.path,
-                "header.generation",
-                layout.GENERATION_OFFSET,
-                f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
+                path=self.path,
+                field="header.generation",
+                offset=layout.GENERATION_OFFSET,
+                message=f"generation changed from {self.header.g1} to g1={g1} g2={g2}",
             )
         return head
 
@@ -177,6 +186,25 @@ class MmvFile:
         flags = layout.HEADER.unpack(self._live_header())[5]
         data = _pread_exact(self.path, self.fd, self.span, self.base) if self.span else b""
         return Snapshot(data, bool(flags & layout.FLAG_SENTINEL), time.time() * 1e6)
+
+    def last_snapshot(self) -> Snapshot | None:
+        """The values as last written while the generation is the one loaded: a
+        :meth:`snapshot`, else a copy read through the descriptor still open after the file
+        was unlinked (a writer restarted under its name) or removed; None when the
+        generation changed or the values cannot be read whole."""
+        try:
+            return self.snapshot()
+        except Changed:
+            pass
+        try:
+            head = os.pread(self.fd, layout.HEADER_SIZE, 0)
+            g1, g2 = layout.GENERATION.unpack_from(head, layout.GENERATION_OFFSET)
+            if (g1, g2) != (self.header.g1, self.header.g2):
+                return None
+            data = os.pread(self.fd, self.span, self.base) if self.span else b""
+        except (OSError, struct.error):
+            return None
+        return Snapshot(data, False, time.time() * 1e6) if len(data) == self.span else None
 
     def read_string(self, offset: int) -> str | None:
         """The live string entry at ``offset``: its text, or None when the offset is out of
@@ -253,24 +281,37 @@ def _cstring(raw: bytes) -> str | None:
 
 def _check_stat(path: str, st: os.stat_result, max_size: int) -> None:
     if st.st_size == 0:  # libpcp_mmv creates the file, then sizes it: retry it
-        raise NotReady(path, "file.size", 0, "size 0, not written yet")
+        raise NotReady(path=path, field="file.size", offset=0, message="size 0, not written yet")
     if st.st_size < layout.HEADER_SIZE:
         raise Refused(
-            path,
-            "file.size",
-            0,
-            f"size {st.st_size} too small, expecting at least {layout.HEADER_SIZE}",
-            layout.HEADER_SIZE,
+            path=path,
+            field="file.size",
+            offset=0,
+            message=f"size {st.st_size} too small, expecting at least {layout.HEADER_SIZE}",
+            limit=layout.HEADER_SIZE,
         )
     if st.st_size > max_size:
-        raise Refused(path, "file.size", 0, f"size {st.st_size} exceeds {max_size}", max_size)
+        raise Refused(
+            path=path,
+            field="file.size",
+            offset=0,
+            message=f"size {st.st_size} exceeds {max_size}",
+            limit=max_size,
+        )
 
 
 def _pread_exact(path: str, fd: int, length: int, offset: int) -> bytes:
     try:
         data = os.pread(fd, length, offset)
     except OSError as e:
-        raise Changed(path, "file", offset, f"read failed: {e.strerror}") from None
+        raise Changed(
+            path=path, field="file", offset=offset, message=f"read failed: {e.strerror}"
+        ) from None
     if len(data) != length:
-        raise Changed(path, "file", offset, f"short read: {len(data)} of {length} bytes")
+        raise Changed(
+            path=path,
+            field="file",
+            offset=offset,
+            message=f"short read: {len(data)} of {length} bytes",
+        )
     return data

@@ -34,6 +34,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.errors import Problem
@@ -51,10 +52,13 @@ from pmda_mmv.namespace.served import (
     ServedIndom,
     ServedMetric,
     link,
+    merged_instances,
     same_metric,
     served_metric,
     unlink,
 )
+
+Watch = Callable[[FileEntry], None]
 
 
 class Catalogue:
@@ -81,11 +85,7 @@ class Catalogue:
         benign: Log = info or sink
         self.info: Log = lambda line: benign(printable(line))  # benign events (LOG_INFO)
         self.registry = registry if registry is not None else Registry()
-        self.clusters = Clusters(
-            self.registry, self.log, self.info, self.shareable, self._served_to
-        )
-        self.owners = self.clusters.owners  # cluster -> (owner uid, files)
-        self.spill_owner = self.clusters.spill_owner  # spill cluster -> its file
+        self.clusters = Clusters(self.registry, self.log, self.info)  # who holds each cluster
         self.refusal: Problem | None = None  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
         self.freed = 0  # clusters and indom serials released so far (see module rules)
@@ -98,24 +98,59 @@ class Catalogue:
         # of every file serving it, in file-name order; the first one describes it.
         self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
         self.indom_sources: dict[int, list[ServedIndom]] = {}
-        # the families (namespace/family.py): told of every file served and unserved
-        self.on_add: Callable[[FileEntry], None] | None = None
-        self.on_remove: Callable[[FileEntry], None] | None = None
+        self.on_add: Watch | None = None  # told of every file served (:meth:`watch`)
+        self.on_remove: Watch | None = None  # and unserved
+
+    def watch(self, on_add: Watch, on_remove: Watch) -> None:
+        """Tell ``on_add`` of every file served from now on, ``on_remove`` of every file
+        unserved (before its descriptor is closed)."""
+        self.on_add, self.on_remove = on_add, on_remove
+
+    # -- the indexes: written here only, as files and families claim and release
+
+    def claim_metric(self, sm: ServedMetric) -> None:
+        """Serve ``sm`` at its PMID: the PMID's first source claims its name; the files
+        sharing a cluster join it there, in file-name order."""
+        pmid = (sm.cluster, sm.item)
+        if pmid not in self.sources:
+            self.tree.claim(sm.name)
+            self.leaf_pmid[sm.name] = pmid
+        link(self.sources, pmid, sm)
+
+    def release_metric(self, sm: ServedMetric) -> None:
+        """``sm`` is served no more; its name goes with the PMID's last source."""
+        if not unlink(self.sources, (sm.cluster, sm.item), sm):
+            self.tree.release(sm.name)
+            self.leaf_pmid.pop(sm.name, None)
+
+    def claim_indom(self, cluster: int, serial: int, si: ServedIndom) -> None:
+        """Serve ``si`` as file indom ``serial`` of ``cluster``."""
+        self.indom_keys[(cluster, serial)] = si.serial
+        link(self.indom_sources, si.serial, si)
+
+    def release_indom(self, cluster: int, serial: int, si: ServedIndom) -> bool:
+        """``si`` is served no more; True when it was its PCP serial's last source."""
+        if unlink(self.indom_sources, si.serial, si):
+            return False
+        self.indom_keys.pop((cluster, serial), None)
+        return True
+
+    def reserve_tree(self, family: str) -> None:
+        """No file takes a name under ``<prefix>.<family>``: the family's own."""
+        self.family_trees[f"{self.prefix}.{family}"] = family
 
     # -- clusters
 
-    def _served_to(self, cluster: int) -> str:
+    def served_to(self, cluster: int) -> str:
         """The first file served under ``cluster`` (as its own), or "?"."""
         return next((e.name for e in self.files.values() if e.cluster == cluster), "?")
 
     def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
-        """Serve ``cluster`` (None: a free one, as for a file asking for none) to a family
-        (namespace/family.py) called ``holder``: no file may share it (as a spill cluster)."""
+        """Hold ``cluster`` (None: a free one, as for a file asking for none) for ``holder``
+        alone, a family: no file may share it (as a spill cluster)."""
         if cluster is None:
-            cluster = self.clusters.free(set())
-        if cluster is not None:
-            self.owners[cluster] = (uid, 1)
-            self.spill_owner[cluster] = holder
+            return self.clusters.hold_free(set(), uid, holder)
+        self.clusters.hold(cluster, uid, holder)
         return cluster
 
     def release_cluster(self, cluster: int) -> None:
@@ -130,7 +165,8 @@ class Catalogue:
         serial) or new, at a free item, under a name not served elsewhere (spilled metrics
         aside: each file has spill clusters of its own, and a spilled name another file
         serves is refused, so the processes of one application still share)."""
-        if self.owners[cluster][0] != mf.uid or cluster in self.spill_owner:
+        held = self.clusters
+        if held.owners[cluster][0] != mf.uid or cluster in held.spill_owner:
             return False
         stem = self._stem(mf)
         first = first_named(mf.metrics)
@@ -171,16 +207,7 @@ class Catalogue:
     def instances(self, serial: int) -> list[Instance]:
         """Instances of PCP indom ``serial`` over every file serving it, in file-name order;
         an internal id met again keeps its first name (as the C agent merges them)."""
-        seen: set[int] = set()
-        merged = []
-        for si in self.indom_sources.get(serial, ()):
-            for inst in si.indom.instances:
-                if inst.internal not in seen:
-                    seen.add(inst.internal)
-                    merged.append(inst)
-        return merged
-
-    # -- names
+        return merged_instances(self.indom_sources.get(serial, ()))
 
     def name_conflict(self, name: str, family: str | None = None, scope: str = "") -> str | None:
         """Why ``name`` cannot be added now (by ``family``, else by a file), or None; a name
@@ -195,8 +222,6 @@ class Catalogue:
             if owner != family and (name == tree or name.startswith(tree + ".")):
                 return f"{name} is reserved for family {owner}"
         return self.tree.conflict(name)
-
-    # -- indoms
 
     def indom_serial(
         self, name: str, cluster: int, serial: int, wanted: set[int], uid: int = 0
@@ -225,13 +250,15 @@ class Catalogue:
         why = name_problem(mf.name.replace("/", "."))
         if why and not mf.header.noprefix:
             invalid = f"file name {mf.name!r} is not a valid metric name component ({why})"
-            return self._refuse_file(Problem(mf.path, "", f"{invalid}, file not served"))
-        cluster = self.clusters.choose(mf, requested or set())
+            return self._refuse_file(Problem(path=mf.path, message=f"{invalid}, file not served"))
+        cluster = self.clusters.choose(mf, requested or set(), self)
         if cluster is None:
             self.starved = True
             why = "no free cluster, file not served"
             at = layout.HEADER.at["cluster"]
-            return self._refuse_file(Problem(mf.path, "header.cluster", why, at))
+            return self._refuse_file(
+                Problem(path=mf.path, field="header.cluster", message=why, offset=at)
+            )
         entry = FileEntry(mf, cluster)
         self.clusters.take(cluster, mf.uid)
         self._add_indoms(entry, wanted or set())
@@ -262,12 +289,7 @@ class Catalogue:
             entry.spills,
         )
         if entry.spill_clusters:
-            n = len(entry.spilled)
-            self.info(
-                f"{mf.path}: {n} metric{'s' if n != 1 else ''} the C agent would drop served "
-                f"under spill cluster{'s' if len(entry.spill_clusters) > 1 else ''} "
-                f"{', '.join(map(str, entry.spill_clusters))}"
-            )
+            self.info(f"{mf.path}: {spill.summary(len(entry.spilled), entry.spill_clusters)}")
 
     def _spill(self, entry: FileEntry, requested: set[int]) -> None:
         """Give every spilled metric of ``entry`` its PMID (see the module rules): its
@@ -278,13 +300,8 @@ class Catalogue:
         known = self.registry.spills((mf.name, mf.uid), wanted)
         if not wanted and not known:
             return
-        mine = {entry.cluster} | self.owners.keys()  # another file's now: given up
-
-        def free_cluster() -> int | None:
-            cluster = self.clusters.free(requested)
-            if cluster is not None:
-                self.owners[cluster] = (mf.uid, 1)  # reserved while the others are placed
-            return cluster
+        mine = {entry.cluster} | self.clusters.owners.keys()  # another file's now: given up
+        free_cluster = partial(self.clusters.hold_free, requested, mf.uid)  # held meanwhile
 
         def refuse(name: str) -> None:
             field = f"metric {self._stem(mf)}.{name}"
@@ -308,13 +325,10 @@ class Catalogue:
             self.on_remove(entry)
         self.freed += self.clusters.release(entry.cluster, entry.spill_clusters)
         for m in entry.metrics:
-            if not unlink(self.sources, (m.cluster, m.item), m):
-                self.tree.release(m.name)
-                self.leaf_pmid.pop(m.name, None)
+            self.release_metric(m)
         self.registry.depart((name, entry.mf.uid))
         for serial, si in entry.indoms.items():
-            if not unlink(self.indom_sources, si.serial, si):
-                del self.indom_keys[(entry.cluster, serial)]
+            if self.release_indom(entry.cluster, serial, si):
                 self.freed += 1
         return entry
 
@@ -330,7 +344,6 @@ class Catalogue:
                 entry.starved = True
                 self._refuse(entry, f"indom serial {serial}", "no free PCP indom serial")
                 continue
-            self.indom_keys[(entry.cluster, serial)] = pcp_serial
             si = ServedIndom(pcp_serial, indom, file=mf.name)
             si.labels, si.notes = merge_labels(mf.labels_for(layout.LABEL_INDOM, serial))
             if mf.label_index:  # the labelled instances only, not every instance
@@ -340,7 +353,7 @@ class Catalogue:
                     if pair != ("", ""):
                         si.instance_labels[inst.internal] = pair
             entry.indoms[serial] = si
-            link(self.indom_sources, pcp_serial, si)
+            self.claim_indom(entry.cluster, serial, si)
 
     def _add_metrics(self, entry: FileEntry) -> None:
         mf = entry.mf
@@ -371,9 +384,6 @@ class Catalogue:
                 if indom is None:
                     self._refuse(entry, f"metric {name}", "its indom was not served")
                     continue
-            if not shared:
-                self.tree.claim(name)
-                self.leaf_pmid[name] = (cluster, item)
             served = served_metric(name, cluster, metric, indom)
             served.item = item  # a spilled metric's labels are still those of its own item
             served.file = mf.name
@@ -381,10 +391,10 @@ class Catalogue:
                 mf.labels_for(layout.LABEL_ITEM, metric.item)
             )
             entry.metrics.append(served)
-            link(self.sources, (cluster, item), served)
+            self.claim_metric(served)
 
     def _refuse(self, entry: FileEntry, field: str, why: str, offset: int = -1) -> None:
         """Part of ``entry``'s file is not served: its ``field`` (at ``offset``), ``why``."""
-        problem = Problem(entry.mf.path, field, why, offset)
+        problem = Problem(path=entry.mf.path, field=field, message=why, offset=offset)
         entry.problems.append(problem)
         self.log(str(problem))

@@ -7,7 +7,7 @@ lowest free cluster, evicting the longest-departed holder when every cluster is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.pcpdefs import Log
@@ -16,22 +16,25 @@ from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.registryfile import Key, describe
 
 
+class Sharing(Protocol):
+    """What :meth:`Clusters.choose` asks of the served files (the catalogue answers)."""
+
+    def shareable(self, mf: MmvFile, cluster: int) -> bool:
+        """Whether ``mf`` may join the files serving ``cluster``."""
+        ...
+
+    def served_to(self, cluster: int) -> str:
+        """One file served under ``cluster``, by name."""
+        ...
+
+
 class Clusters:
     """The clusters held by served files: ``owners`` (cluster -> (owner uid, files)) and
-    ``spill_owner`` (spill cluster -> the file it is served to).  ``shareable(mf, c)`` says
-    whether ``mf`` may join the files serving ``c``; ``served_to(c)`` names one of them."""
+    ``spill_owner`` (spill cluster -> the file it is served to), written here only."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        log: Log,
-        info: Log,
-        shareable: Callable[[MmvFile, int], bool],
-        served_to: Callable[[int], str],
-    ) -> None:
+    def __init__(self, registry: Registry, log: Log, info: Log) -> None:
         self.registry = registry
         self.log, self.info = log, info
-        self.shareable, self.served_to = shareable, served_to
         self.identity = ""  # why the last choose moved a file (FileEntry.identity)
         self._evicted = ""  # the eviction the last choose made, as a note
         self._free_below = 1  # the lowest cluster that may be neither served nor held
@@ -47,11 +50,24 @@ class Clusters:
         self.owners[cluster] = (owner, count + 1)
         self._advance()
 
+    def hold(self, cluster: int, uid: int, name: str | None = None) -> None:
+        """Reserve ``cluster`` for owner ``uid`` alone; with ``name``, as the cluster served
+        to ``name`` only (a file's spill cluster, a family's cluster): no file shares it."""
+        self.owners[cluster] = (uid, 1)
+        if name is not None:
+            self.spill_owner[cluster] = name
+
+    def hold_free(self, requested: set[int], uid: int, name: str | None = None) -> int | None:
+        """A :meth:`free` cluster, held as :meth:`hold` says; None when none is free."""
+        cluster = self.free(requested)
+        if cluster is not None:
+            self.hold(cluster, uid, name)
+        return cluster
+
     def hold_spills(self, clusters: list[int], uid: int, name: str) -> None:
         """Reserve ``clusters`` as file ``name``'s (owner ``uid``) spill clusters."""
         for c in clusters:
-            self.owners[c] = (uid, 1)
-            self.spill_owner[c] = name
+            self.hold(c, uid, name)
         self._advance()
 
     def release(self, cluster: int, spills: list[int]) -> int:
@@ -82,10 +98,11 @@ class Clusters:
         while self._taken_below in self.owners:
             self._taken_below += 1
 
-    def choose(self, mf: MmvFile, requested: set[int]) -> int | None:
+    def choose(self, mf: MmvFile, requested: set[int], sharing: Sharing) -> int | None:
         """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
-        ``requested`` holds clusters other files in the directory ask for.  None when all
-        4095 are served.  :attr:`identity` says why a file is not served where it asked."""
+        ``requested`` holds clusters other files in the directory ask for, ``sharing``
+        judges joining a served cluster.  None when all 4095 are served.
+        :attr:`identity` says why a file is not served where it asked."""
         taken, registry = self.owners, self.registry
         key: Key = (mf.name, mf.uid)
         asked = mf.header.cluster
@@ -93,38 +110,38 @@ class Clusters:
         self.identity = ""
         if record is not None and asked in (0, record.asked):
             own = record.cluster  # a returning name: its own cluster, whoever asks for it
-            if own not in taken or self.shareable(mf, own):
+            if own not in taken or sharing.shareable(mf, own):
                 if record.note:  # moved when it first came: said again, not logged
                     self.identity = record.note
                 elif asked and own != asked:
-                    self.identity = self._moved(mf, asked, own)
+                    self.identity = self._moved(mf, asked, own, sharing)
                 return own
         if asked:
             if asked in taken:
-                if self.shareable(mf, asked):
+                if sharing.shareable(mf, asked):
                     return asked
             else:
                 holders = self.registry.holders(asked, key)
                 if not holders or self._rejoins(mf, asked, holders):
                     return asked
             if record is not None and record.cluster not in taken:
-                self.identity = self._moved(mf, asked, record.cluster)
+                self.identity = self._moved(mf, asked, record.cluster, sharing)
                 return record.cluster  # asks for another cluster it cannot have: keeps its own
         self._evicted = ""
         c = self.free(requested)
         if c is None:
             return None
         if asked:
-            self.identity = self._moved(mf, asked, c)
+            self.identity = self._moved(mf, asked, c, sharing)
             self.info(f"{mf.path}: {layout.header_field('cluster')}: {self.identity}")
         if self._evicted:
             self.identity = "; ".join(x for x in (self.identity, self._evicted) if x)
         return c
 
-    def _moved(self, mf: MmvFile, asked: int, cluster: int) -> str:
+    def _moved(self, mf: MmvFile, asked: int, cluster: int, sharing: Sharing) -> str:
         """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
         if asked in self.owners:
-            holder = self.spill_owner.get(asked) or self.served_to(asked)
+            holder = self.spill_owner.get(asked) or sharing.served_to(asked)
             who = f"served to {holder}"
         else:
             holders = self.registry.holders(asked, (mf.name, mf.uid))

@@ -28,16 +28,11 @@ their own names too: that is the per-member breakdown.  Rules (docs/families.md)
 from __future__ import annotations
 
 import fnmatch
-import os
-import struct
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pmda_mmv.mmvfile import layout, pmunits
-from pmda_mmv.mmvfile.decode import Snapshot
-from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL, PM_SEM_COUNTER, Log
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
@@ -83,6 +78,11 @@ class Family:
     def key(self) -> Key:
         return (self.spec.name, -1 if self.owner is None else self.owner, FAMILY)
 
+    def saw(self, file: str, metric: str, values: Values) -> None:
+        """A fetch read member ``file``'s counter ``metric`` as ``values``: what it had
+        counted, should its file be gone when it leaves."""
+        self.seen.setdefault(file, {})[metric] = values
+
     def mode(self, sm: ServedMetric) -> str:
         """How ``sm`` (a family metric) is aggregated."""
         if sm.metric.type == layout.TYPE_STRING:  # a string counter too: nothing to add
@@ -110,9 +110,9 @@ class Families:
         self.pmids: set[tuple[int, int]] = set()
         self.serials: set[int] = set()
         for fam in self.families:  # no file takes a family's names, even before it is served
-            catalogue.family_trees[f"{catalogue.prefix}.{fam.spec.name}"] = fam.spec.name
+            catalogue.reserve_tree(fam.spec.name)
         if self.families:
-            catalogue.on_add, catalogue.on_remove = self.join, self.leave
+            catalogue.watch(self.join, self.leave)
 
     def _remembered(self, name: str) -> int | None:
         """The owner the registry remembers family ``name`` for (its newest record)."""
@@ -229,7 +229,11 @@ class Families:
         """Give ``fam`` its cluster (the registry's, else a free one) and departed counts."""
         cat = self.catalogue
         record = cat.registry.get(fam.key)
-        own = record.cluster if record is not None and record.cluster not in cat.owners else None
+        own = (
+            record.cluster
+            if record is not None and record.cluster not in cat.clusters.owners
+            else None
+        )
         owner = fam.owner if fam.owner is not None else 0
         cluster = cat.take_cluster(own, owner, fam.key[0])
         if cluster is None:
@@ -258,9 +262,7 @@ class Families:
         fsm = ServedMetric(full, fam.cluster, item, mtype, sm.semantics, sm.units, fsi, sm.metric)
         fsm.file = fam.key[0]
         fam.metrics[name] = fsm
-        cat.tree.claim(full)
-        cat.leaf_pmid[full] = (fam.cluster, item)
-        cat.sources[(fam.cluster, item)] = [fsm]
+        cat.claim_metric(fsm)
         self.pmids.add((fam.cluster, item))
 
     def _indom(self, fam: Family, serial: int, si: ServedIndom) -> ServedIndom | None:
@@ -274,8 +276,7 @@ class Families:
             return None
         fsi = ServedIndom(number, si.indom, file=fam.key[0])
         fam.indoms[serial] = fsi
-        cat.indom_keys[(fam.cluster, serial)] = number
-        cat.indom_sources[number] = [fsi]
+        cat.claim_indom(fam.cluster, serial, fsi)
         self.serials.add(number)
         return fsi
 
@@ -283,13 +284,10 @@ class Families:
         """The last member left: the family's names go (its numbers and counts stay)."""
         cat = self.catalogue
         for fsm in fam.metrics.values():
-            cat.tree.release(fsm.name)
-            cat.leaf_pmid.pop(fsm.name, None)
-            cat.sources.pop((fsm.cluster, fsm.item), None)
+            cat.release_metric(fsm)
             self.pmids.add((fsm.cluster, fsm.item))
         for serial, fsi in fam.indoms.items():
-            cat.indom_sources.pop(fsi.serial, None)
-            cat.indom_keys.pop((fam.cluster, serial), None)
+            cat.release_indom(fam.cluster, serial, fsi)
             self.serials.add(fsi.serial)
         cat.release_cluster(fam.cluster)
         self.by_cluster.pop(fam.cluster, None)
@@ -343,7 +341,7 @@ def _final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Cou
     """What a departing member had counted: its file's last values (through the descriptor
     still open, even after the file was unlinked, while its generation is the one loaded),
     else the values the last fetch saw."""
-    snap = _last_snapshot(entry)
+    snap = entry.mf.last_snapshot()
     counts: Counts = {}
     for sm in entry.metrics:
         if sm.semantics != PM_SEM_COUNTER or sm.metric.name not in fam.metrics:
@@ -360,20 +358,3 @@ def _final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Cou
         if row:
             counts[sm.metric.name] = row
     return counts
-
-
-def _last_snapshot(entry: FileEntry) -> Snapshot | None:
-    mf = entry.mf
-    try:
-        return mf.snapshot()
-    except Changed:
-        pass
-    try:  # unlinked (a writer restarted under the name) or removed: the inode is still ours
-        head = os.pread(mf.fd, layout.HEADER_SIZE, 0)
-        g1, g2 = layout.GENERATION.unpack_from(head, layout.GENERATION_OFFSET)
-        if (g1, g2) != (mf.header.g1, mf.header.g2):
-            return None
-        data = os.pread(mf.fd, mf.span, mf.base) if mf.span else b""
-    except (OSError, struct.error):
-        return None
-    return Snapshot(data, False, time.time() * 1e6) if len(data) == mf.span else None

@@ -8,13 +8,13 @@ metrics and indoms; :mod:`~.catalogue` makes them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
 from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.errors import Problem
-from pmda_mmv.mmvfile.parsed import Indom, Metric
+from pmda_mmv.mmvfile.parsed import Indom, Instance, Metric
 from pmda_mmv.mmvfile.pcpdefs import PM_SEM_COUNTER, PM_TYPE_64
 from pmda_mmv.mmvfile.reader import MmvFile
 
@@ -118,6 +118,19 @@ class FileEntry:
     def spilled(self) -> list[ServedMetric]:
         """The metrics served under a spill cluster, in file order."""
         return [sm for sm in self.metrics if sm.metric.spill]
+
+
+def merged_instances(sources: Iterable[ServedIndom]) -> list[Instance]:
+    """The instances of one PCP indom over the files serving it (``sources``, in file-name
+    order); an internal id met again keeps its first name (as the C agent merges them)."""
+    seen: set[int] = set()
+    merged = []
+    for si in sources:
+        for inst in si.indom.instances:
+            if inst.internal not in seen:
+                seen.add(inst.internal)
+                merged.append(inst)
+    return merged
 
 
 def same_metric(served: ServedMetric, name: str, m: Metric) -> bool:

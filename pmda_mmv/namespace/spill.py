@@ -66,3 +66,11 @@ def place(
         taken.add(item)
         spills[name] = (cluster, item)
     return spills, order
+
+
+def summary(count: int, clusters: list[int]) -> str:
+    """What a file spilled: ``count`` metrics, under ``clusters``."""
+    return (
+        f"{count} metric{'s' if count != 1 else ''} the C agent would drop served "
+        f"under spill cluster{'s' if len(clusters) > 1 else ''} {', '.join(map(str, clusters))}"
+    )

@@ -12,6 +12,7 @@ from pathlib import Path
 from pmda_mmv.agent.serving import Plan, Serving
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.family import Families
 
 
 @dataclass
@@ -32,7 +33,7 @@ def traced_scan(directory: Path, serve_metrics: bool = False) -> Traced:
     try:
         catalogue = Catalogue()
         scanner = Scanner(str(directory), catalogue, budget=None)
-        model = Serving(catalogue, print)
+        model = Serving(catalogue, print, Families(catalogue, ()))
         plan = model.apply(scanner.refresh(True))
         if serve_metrics:
             for cluster, item in plan.pmids:

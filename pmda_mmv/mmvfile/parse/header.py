@@ -22,34 +22,61 @@ def read_header(path: str, head: bytes, size: int) -> Header:
     if magic == b"\0\0\0\0" and g1 == 0:
         # libpcp_mmv sizes the file, then writes the header through a mapping: no event,
         # maybe no mtime change; retry it like any file in flux.
-        raise NotReady(path, "header.magic", H["magic"], "header not written yet")
+        raise NotReady(
+            path=path, field="header.magic", offset=H["magic"], message="header not written yet"
+        )
     if magic != layout.MAGIC:
-        raise Refused(path, "header.magic", H["magic"], f"magic {magic!r} is not 'MMV\\0'")
+        raise Refused(
+            path=path,
+            field="header.magic",
+            offset=H["magic"],
+            message=f"magic {magic!r} is not 'MMV\\0'",
+        )
     if version not in layout.VERSIONS:
-        raise Refused(path, "header.version", H["version"], f"version {version} unsupported")
+        raise Refused(
+            path=path,
+            field="header.version",
+            offset=H["version"],
+            message=f"version {version} unsupported",
+        )
     if g1 == 0:
-        raise NotReady(path, "header.g1", H["g1"], "generation 0, no data yet")
+        raise NotReady(
+            path=path, field="header.g1", offset=H["g1"], message="generation 0, no data yet"
+        )
     if g1 != g2:
-        raise NotReady(path, "header.g2", H["g2"], f"generation in flux, g1={g1} g2={g2}")
+        raise NotReady(
+            path=path,
+            field="header.g2",
+            offset=H["g2"],
+            message=f"generation in flux, g1={g1} g2={g2}",
+        )
     _check_tocs(path, tocs, size)
     if not 0 <= cluster <= limits.MAX_CLUSTER:
         why = f"cluster {cluster} out of range"
-        raise Refused(path, "header.cluster", H["cluster"], why, limits.MAX_CLUSTER)
+        raise Refused(
+            path=path,
+            field="header.cluster",
+            offset=H["cluster"],
+            message=why,
+            limit=limits.MAX_CLUSTER,
+        )
     return Header(version, g1, g2, tocs, flags, process, cluster)
 
 
 def _check_tocs(path: str, tocs: int, size: int) -> None:
     if tocs < 2:
         why = f"{tocs} TOC entries, expecting at least 2"
-        raise Refused(path, "header.tocs", H["tocs"], why, 2)
+        raise Refused(path=path, field="header.tocs", offset=H["tocs"], message=why, limit=2)
     if tocs > limits.MAX_TOCS:
         why = f"{tocs} TOC entries, more than {limits.MAX_TOCS}"
-        raise Refused(path, "header.tocs", H["tocs"], why, limits.MAX_TOCS)
+        raise Refused(
+            path=path, field="header.tocs", offset=H["tocs"], message=why, limit=limits.MAX_TOCS
+        )
     need = layout.HEADER_SIZE + tocs * layout.TOC_SIZE
     if need > size:
         limit = (size - layout.HEADER_SIZE) // layout.TOC_SIZE
         why = f"{tocs} TOC entries need {need} bytes, file has {size}"
-        raise Refused(path, "header.tocs", H["tocs"], why, limit)
+        raise Refused(path=path, field="header.tocs", offset=H["tocs"], message=why, limit=limit)
 
 
 def header(path: str, data: bytes) -> Header:
@@ -128,7 +155,11 @@ def check_entries(st: State, sections: list[Toc]) -> None:
             name = layout.TOC_NAMES[toc.type]
             why = f"{name} sections hold {total} entries, more than {limit} in one file"
             raise Refused(
-                st.path, f"toc[{toc.index}].count", layout.TOC.offset(toc.at, "count"), why, limit
+                path=st.path,
+                field=f"toc[{toc.index}].count",
+                offset=layout.TOC.offset(toc.at, "count"),
+                message=why,
+                limit=limit,
             )
     cost = sum(loadcost.LOAD_COST[kind] * n for kind, n in totals.items())
     if cost > loadcost.MAX_LOAD_COST:
@@ -137,4 +168,10 @@ def check_entries(st: State, sections: list[Toc]) -> None:
             f"entries ({counts}) cost {cost:.0f} to load, more than {loadcost.MAX_LOAD_COST} "
             "in one file (loadcost.LOAD_COST: about a second of the agent's work at worst)"
         )
-        raise Refused(st.path, "toc", layout.HEADER_SIZE, why, loadcost.MAX_LOAD_COST)
+        raise Refused(
+            path=st.path,
+            field="toc",
+            offset=layout.HEADER_SIZE,
+            message=why,
+            limit=loadcost.MAX_LOAD_COST,
+        )

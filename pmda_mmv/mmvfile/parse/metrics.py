@@ -1,8 +1,8 @@
 """METRICS entries (mmv(5) "Metrics"): a metric whose name, type, semantics or indom is
 not servable is skipped and recorded; the rest get an empty value index
-(:attr:`~.parsed.Metric.slots`) for the VALUES sections to fill.  A metric whose item the
+(:attr:`~.entries.Metric.slots`) for the VALUES sections to fill.  A metric whose item the
 C agent cannot serve (past 1023, or the item of an earlier metric of the file) is kept,
-marked :attr:`~.parsed.Metric.spill` with why: the catalogue serves it under a spill
+marked :attr:`~.entries.Metric.spill` with why: the catalogue serves it under a spill
 cluster (docs/spill.md)."""
 
 from __future__ import annotations
@@ -112,6 +112,10 @@ def metric_slots(st: State) -> None:
         if room < 0:
             why = f"metrics x instances past {limits.MAX_ENTRIES[layout.TOC_VALUES]} value slots"
             raise Refused(
-                st.path, "metric.indom", m.offset, why, limits.MAX_ENTRIES[layout.TOC_VALUES]
+                path=st.path,
+                field="metric.indom",
+                offset=m.offset,
+                message=why,
+                limit=limits.MAX_ENTRIES[layout.TOC_VALUES],
             )
         m.slots = array("q", [-1]) * n

@@ -14,7 +14,7 @@ from pmda_mmv.mmvfile.parsed import Header, Indom, Label, Metric, Toc
 class Parsed:
     """The validated contents of one file: ``header``, ``toc`` (every TOC entry),
     ``sections`` (the TOC entries whose sections were accepted), ``indoms`` (serial ->
-    :class:`~.parsed.Indom`), ``metrics`` (accepted, in file order), ``labels``
+    :class:`~.entries.Indom`), ``metrics`` (accepted, in file order), ``labels``
     (accepted) and ``label_index`` (PCP label set -> its labels), ``problems`` (skipped
     sections and entries, at most MAX_PROBLEMS then one summary), and the values span
     (``base``, ``span``: the bytes from the first to the last value entry)."""
@@ -66,7 +66,9 @@ class State:
         """Record one skipped section or entry; past :data:`~.limits.MAX_PROBLEMS` only
         count it (:meth:`finish` then adds one summary problem)."""
         if len(self.out.problems) < limits.MAX_PROBLEMS:
-            self.out.problems.append(Corrupt(self.path, field, offset, message, limit))
+            self.out.problems.append(
+                Corrupt(path=self.path, field=field, offset=offset, message=message, limit=limit)
+            )
         else:
             self.unlisted += 1
 

@@ -21,6 +21,7 @@ from pmda_mmv.mmvfile import layout, pcpdefs
 from pmda_mmv.mmvfile.errors import Changed
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 from tests.support import mmvbuild as mb
 from tests.support.mmvbuild import MmvBuilder, publish, sample, single
@@ -36,7 +37,7 @@ class Served:
         self.logged: list[str] = []
         self.catalogue = Catalogue(log=self.logged.append)
         self.scanner = Scanner(str(path), self.catalogue, log=self.logged.append, budget=None)
-        self.model = Serving(self.catalogue, self.logged.append)
+        self.model = Serving(self.catalogue, self.logged.append, Families(self.catalogue, ()))
         self.changed: list[str] = []
 
     def step(self, changes: Changes | None = None) -> Plan:
@@ -247,7 +248,7 @@ def test_indom_as_served_merges_the_files(served: Served) -> None:
     plan = served.step()
     [serial] = plan.serials
     got = served.model.indom(serial)
-    assert got == serving.IndomServed([(1, "cat"), (2, "dog"), (3, "eel")], "pets", "the pets")
+    assert got == serving.MergedIndom([(1, "cat"), (2, "dog"), (3, "eel")], "pets", "the pets")
     assert served.model.indom(serial + 1) is None
 
 
@@ -429,7 +430,7 @@ def test_instance_labels_of_a_shared_indom_need_no_scan_of_its_files(
     looked = 0
     indom_of = served.model.indom
 
-    def counting(serial: int) -> serving.IndomServed | None:
+    def counting(serial: int) -> serving.MergedIndom | None:
         nonlocal looked
         looked += 1
         return indom_of(serial)

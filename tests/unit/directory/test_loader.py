@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.directory.entrytable import Entries
-from pmda_mmv.directory.filestate import NOT_READY, OK, REFUSED, UNSEEN
+from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, REFUSED, UNSEEN
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources
+from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.catalogue import Catalogue
 from tests.support.mmvbuild import single
 
@@ -189,3 +190,23 @@ def test_past_the_deadline_the_first_name_not_reached_is_returned(
     assert [e.name for e in changes.added] == ["f0"]
     changes, stop = loaded.loader.consider(["f1", "f2"])
     assert stop is None and [e.name for e in changes.added] == ["f1", "f2"]
+
+
+def test_a_skipped_entry_and_one_without_a_writer_are_problems_of_the_entry(
+    tmp_path: Path, loaded: Loaded
+) -> None:
+    """A FIFO is refused as the directory's policy says; a PROCESS file whose writer PID is
+    no process ID, reached through a symlink, has no writer, its problem naming the entry."""
+    os.mkfifo(tmp_path / "fifo")
+    single(5, name="a", flags=layout.FLAG_PROCESS, process=-5).write(tmp_path / "real")
+    os.chmod(tmp_path / "real", 0o600)
+    os.symlink("real", tmp_path / "link")
+    loaded.consider("fifo", "link")
+    assert loaded.state("fifo") == (REFUSED, f"{tmp_path}/fifo: not a regular file (FIFO)")
+    at = layout.HEADER.at["process"]
+    assert loaded.state("link") == (
+        NO_WRITER,
+        f"{tmp_path}/link: header.process at offset {at}: writer PID -5 is not a process ID"
+        " (MMV_FLAG_PROCESS), file not served",
+    )
+    assert loaded.lines[-2:] == [loaded.state("fifo")[1], loaded.state("link")[1]]

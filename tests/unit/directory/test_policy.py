@@ -52,13 +52,13 @@ def test_a_symlink_out_of_the_directory_is_not_followed(tmp_path: Path, where: s
     (other / "f").write_bytes(b"MMV")
     (served / "link").symlink_to(other / "f")
     err = skipped(served, "link")
-    assert str(err) == "symlink out of the directory, not followed"
+    assert err.message == "symlink out of the directory, not followed"
     assert err.key == key(os.lstat(served / "link"))  # the link's own identity
 
 
 def test_a_dangling_symlink_is_skipped_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to("gone")
-    assert str(skipped(tmp_path, "link")) == "symlink target: No such file or directory"
+    assert skipped(tmp_path, "link").message == "symlink target: No such file or directory"
 
 
 def test_a_symlink_to_a_symlink_of_the_directory_is_read_at_its_end(tmp_path: Path) -> None:
@@ -91,14 +91,14 @@ def test_other_kinds_are_skipped_naming_the_kind(tmp_path: Path, make: object, w
     """Decided from the stat alone: a FIFO is never opened, so it cannot block."""
     make(tmp_path / "entry")  # type: ignore[operator]
     err = skipped(tmp_path, "entry")
-    assert str(err) == f"not a regular file ({what})"
+    assert err.message == f"not a regular file ({what})"
     assert err.key == key(os.stat(tmp_path / "entry"))
 
 
 def test_a_symlink_to_a_fifo_of_the_directory_is_skipped_as_a_fifo(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     (tmp_path / "link").symlink_to("pipe")
-    assert str(skipped(tmp_path, "link")) == "not a regular file (FIFO)"
+    assert skipped(tmp_path, "link").message == "not a regular file (FIFO)"
 
 
 def test_owners_restrict_by_uid(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_owners_restrict_by_uid(tmp_path: Path) -> None:
     assert lstat_resolve(tmp_path, "app", {uid})[0] == str(tmp_path / "app")
     assert lstat_resolve(tmp_path, "app", None)[0] == str(tmp_path / "app")
     err = skipped(tmp_path, "app", {uid + 1})
-    assert str(err) == f"owner uid {uid} is not trusted"
+    assert err.message == f"owner uid {uid} is not trusted"
     assert skipped(tmp_path, "app", set()).key == key(os.stat(tmp_path / "app"))
 
 

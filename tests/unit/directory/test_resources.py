@@ -56,6 +56,11 @@ def test_every_refusal_for_a_limit_carries_the_limit_as_data() -> None:
         "/d/a: file size 150: the served files would hold more than 100 bytes (--max-total),"
         " file not served"
     )
+    # a problem of the whole file (its size), no phrase in ``field``: ``check`` shows it
+    # as the whole file's, as it does the descriptor budget's
+    assert (total.field, files.field) == ("", "file")
+    assert total.as_dict()["field"] == "file"
+    assert total.message.startswith("file size 150: the served files would hold more than")
 
 
 def test_a_hard_link_gone_is_no_longer_remembered() -> None:

@@ -41,7 +41,12 @@ class Changing:
             if not self.changing:
                 return real(path, fd, length, offset)
             got = self.opens % 7 + layout.HEADER_SIZE
-            raise Changed(path, "file", offset, f"short read: {got} of {length} bytes")
+            raise Changed(
+                path=path,
+                field="file",
+                offset=offset,
+                message=f"short read: {got} of {length} bytes",
+            )
 
         monkeypatch.setattr(reader, "_pread_exact", read)
 
