@@ -15,7 +15,7 @@ the installed libpcp for a feature wherever one shows the difference:
   :mod:`pmda_mmv.agent.pmidhash` used, through :class:`PmidHashReset` (``--no-pmid-hash-reset``
   switches it off).  Probed on a hash of its own.
 * The python3-pcp tables the agent edits directly (metric, help text and indom tables, the
-  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`Tables`, the one place in
+  same private attributes in 6.0.3, 6.3.8 and 7.2.2): :class:`PmdaTables`, the one place in
   the package that touches python3-pcp's private attributes; :func:`instid`, a
   ``pmdaInstid`` whose name need not be UTF-8.
 * :func:`version`: the installed PCP's version, for what no feature shows (only tests use
@@ -180,7 +180,7 @@ class PmidHashReset:
 # -- python3-pcp's own tables (the same private attributes in 6.0.3 to 7.2.2) ------------
 
 
-class Tables:
+class PmdaTables:
     """python3-pcp's own metric and indom tables of one ``PMDA``, edited through an index.
 
     python3-pcp keeps them in lists and dicts it shares with libpcp_pmda; its

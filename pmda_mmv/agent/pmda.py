@@ -68,7 +68,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.pmda_metrics: dict[str, pmdaMetric] = {}
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
-        self.pcp_tables = pcpcompat.Tables(self)  # python3-pcp's own tables, indexed
+        self.pcp_tables = pcpcompat.PmdaTables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
         self.status_instids = pcpcompat.Instids()  # by file name
         self.indom_instids: dict[int, pcpcompat.Instids] = {}  # by serial, then internal id
@@ -191,7 +191,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         indom = made.indom(self.indom(control.STATUS_SERIAL), insts)
         self.pcp_tables.put_indom(indom, *control.STATUS_INDOM_HELP)
 
-    # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.Tables)
+    # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.PmdaTables)
 
     def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
         self.pcp_tables.add_metric(name, metric, oneline, text)

@@ -9,7 +9,7 @@ ones changed (:meth:`Serving.apply`) and what they are.  No ``pcp`` import: it i
 without pmcd (``tests/unit/agent/test_serving.py``), like the catalogue.
 
 Keys: a PMID is ``(cluster, item)``, packed as ``(cluster << 10) | item``
-(:func:`key`); instance ids are unsigned, as pmcd hands them to python3-pcp callbacks
+(:func:`pmid_key`); instance ids are unsigned, as pmcd hands them to python3-pcp callbacks
 (``PM_IN_NULL`` for a singular metric).  A fetch result is the list ``[value, 1]`` or
 ``[PM_ERR_*, 0]``, or None for "no value" (PMDA_FETCH_NOVALUE).
 """
@@ -51,7 +51,7 @@ makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are r
 in a few rebuilds, not one per request."""
 
 
-def key(cluster: int, item: int) -> int:
+def pmid_key(cluster: int, item: int) -> int:
     """A PMID's key in :attr:`Serving.tables`: ``(cluster << 10) | item``."""
     return (cluster << 10) | item
 
@@ -112,12 +112,12 @@ class Serving:
         self.catalogue = catalogue
         self.families = families
         self.log = log
-        self.tables: dict[int, Table] = {}  # key(cluster, item) -> table builder
-        self.served_names: dict[int, str] = {}  # key(cluster, item) -> name
+        self.tables: dict[int, Table] = {}  # pmid_key(cluster, item) -> table builder
+        self.served_names: dict[int, str] = {}  # pmid_key(cluster, item) -> name
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
         # the first file serving each instance of a PCP indom (internal id, as on disk),
         # built at the first request after a change to the indom's files
-        self.owners: dict[int, dict[int, ServedIndom]] = {}
+        self.instance_indoms: dict[int, dict[int, ServedIndom]] = {}
         # each file's table builder of a PMID: kept while the file serves it, so that a
         # file more makes one builder, not one per file sharing the PMID
         self.parts: dict[tuple[str, int], Table] = {}
@@ -135,18 +135,18 @@ class Serving:
         def control_table() -> Built:
             return {PM_IN_NULL: read()}, {}
 
-        self.tables[key(CONTROL_CLUSTER, item)] = control_table
+        self.tables[pmid_key(CONTROL_CLUSTER, item)] = control_table
 
     def serve_status(self, states: dict[str, FileState]) -> None:
         """Serve the per-file status metrics over ``states`` (the scanner's, live), and
         their count per state."""
         for item, status in FILE_STATUS.items():
-            self.tables[key(CONTROL_CLUSTER, item)] = status_table(states, status.read)
+            self.tables[pmid_key(CONTROL_CLUSTER, item)] = status_table(states, status.read)
 
         def by_state() -> Built:
             return state_counts(states), {}
 
-        self.tables[key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
+        self.tables[pmid_key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
 
     # -- applying the scanner's changes
 
@@ -162,7 +162,7 @@ class Serving:
                 gone.setdefault(cluster, set()).add(id(entry))
             self.snaps.pop(entry.name, None)
             for sm in entry.metrics:
-                self.parts.pop((entry.name, key(sm.cluster, sm.item)), None)
+                self.parts.pop((entry.name, pmid_key(sm.cluster, sm.item)), None)
         for entry in changes.added:  # a name added twice: the last one is served
             for cluster in entry.clusters:
                 new.setdefault(cluster, {}).pop(entry.name, None)
@@ -174,7 +174,7 @@ class Serving:
         pmids, family_serials = self.families.take()  # the families' members changed
         serials = sorted({*serials, *family_serials})
         for serial in serials:
-            self.owners.pop(serial, None)
+            self.instance_indoms.pop(serial, None)
         pmids |= {(sm.cluster, sm.item) for e in touched for sm in e.metrics}
         return Plan(serials, sorted(pmids), bool(touched) or bool(pmids))
 
@@ -195,22 +195,22 @@ class Serving:
         """PCP indom ``serial`` as served now, or None when no file serves it."""
         sources = self.catalogue.indom_sources.get(serial)
         if not sources:
-            self.owners.pop(serial, None)
+            self.instance_indoms.pop(serial, None)
             return None
-        owners: dict[int, ServedIndom] = {}
+        by_instance: dict[int, ServedIndom] = {}
         insts = []
         for si in sources:
             for inst in si.indom.instances:
-                if inst.internal not in owners:
-                    owners[inst.internal] = si
+                if inst.internal not in by_instance:
+                    by_instance[inst.internal] = si
                     insts.append((inst.internal, inst.external))
-        self.owners[serial] = owners
+        self.instance_indoms[serial] = by_instance
         first = sources[0].indom
         return MergedIndom(insts, first.shorthelp, first.longhelp)
 
     def unserve_metric(self, cluster: int, item: int) -> str | None:
         """Stop serving a PMID; returns the name it was served under (None: not served)."""
-        k = key(cluster, item)
+        k = pmid_key(cluster, item)
         self.tables.pop(k, None)
         return self.served_names.pop(k, None)
 
@@ -221,7 +221,7 @@ class Serving:
         sources = self.catalogue.sources.get((cluster, item))
         if not sources:
             return None
-        k = key(cluster, item)
+        k = pmid_key(cluster, item)
         self.served_names[k] = sources[0].name
         family = self.families.by_cluster.get(cluster)
         if family is not None:
@@ -242,7 +242,7 @@ class Serving:
         return build
 
     def _member_part(self, sm: ServedMetric) -> Table:
-        return self._part(sm, key(sm.cluster, sm.item))
+        return self._part(sm, pmid_key(sm.cluster, sm.item))
 
     def _part(self, sm: ServedMetric, k: int) -> Table:
         """The table builder of one file's metric of PMID ``k``, made once per metric."""
@@ -307,9 +307,9 @@ class Serving:
         """Build the metric's table for this fetch, or answer the instance's non-value
         result, PM_ERR_PMID, no value or PM_ERR_AGAIN (snapshot unavailable or the build
         failed, logged)."""
-        k = key(cluster, item)
-        tables = self.results.setdefault(cluster, {})
-        if item not in tables:
+        k = pmid_key(cluster, item)
+        cluster_values = self.results.setdefault(cluster, {})
+        if item not in cluster_values:
             build = self.tables.get(k)
             if build is None:
                 return ERR_PMID
@@ -320,11 +320,11 @@ class Serving:
                 return ERR_AGAIN
             if built is None:
                 return ERR_AGAIN
-            tables[item], special = built
+            cluster_values[item], special = built
             if special:
                 self.special[k] = special
             try:
-                return [tables[item][inst], 1]
+                return [cluster_values[item][inst], 1]
             except LookupError:
                 pass
         return self.special.get(k, {}).get(inst, NO_VALUES)
@@ -360,11 +360,11 @@ class Serving:
         file (in name order) that has it."""
         inst = inst - (1 << 32) if inst > 0x7FFFFFFF else inst
         serial = indom & limits.MAX_SERIAL
-        owners = self.owners.get(serial)
-        if owners is None:
-            self.indom(serial)  # the owners of its instances, once per change
-            owners = self.owners.get(serial, {})
-        si = owners.get(inst)
+        by_instance = self.instance_indoms.get(serial)
+        if by_instance is None:
+            self.indom(serial)  # the indom serving each instance, once per change
+            by_instance = self.instance_indoms.get(serial, {})
+        si = by_instance.get(inst)
         if si is None:
             return "{}"
         labels, optional = si.instance_labels.get(inst, ("", ""))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pmda_mmv.agent import control, serving, tables
-from pmda_mmv.agent.serving import Held, Plan, Serving, key
+from pmda_mmv.agent.serving import Held, Plan, Serving, pmid_key
 from pmda_mmv.directory.filestate import OK, REFUSED, STATES, Changes
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout, pcpdefs
@@ -197,7 +197,7 @@ def test_a_table_that_fails_to_build_is_logged_and_answers_again(served: Served)
     def broken() -> tables.Built:
         raise ValueError("boom")
 
-    served.model.tables[key(5, 1)] = broken
+    served.model.tables[pmid_key(5, 1)] = broken
     assert served.fetch("mmv.app.v") == [[pcpdefs.PM_ERR_AGAIN, 0]]
     assert served.logged[-1] == "fetch 5.1: ValueError: boom"
 
