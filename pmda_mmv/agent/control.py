@@ -9,7 +9,7 @@ serves their values.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
 from pmda_mmv.directory.filestate import STATES, FileState, state_code
@@ -224,7 +224,7 @@ BY_STATE: Final = ControlMetric(
 )
 
 
-def state_counts(states: dict[str, FileState]) -> list[int]:
+def state_counts(states: Mapping[str, FileState]) -> list[int]:
     """How many of ``states`` are in each state, by code (every state, 0 for none)."""
     counts = [0] * len(STATES)
     for s in states.values():

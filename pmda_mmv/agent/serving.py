@@ -17,7 +17,7 @@ Keys: a PMID is ``(cluster, item)``, packed as ``(cluster << 10) | item``
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -137,7 +137,7 @@ class Serving:
 
         self.tables[pmid_key(CONTROL_CLUSTER, item)] = control_table
 
-    def serve_status(self, states: dict[str, FileState]) -> None:
+    def serve_status(self, states: Mapping[str, FileState]) -> None:
         """Serve the per-file status metrics over ``states`` (the scanner's, live), and
         their count per state."""
         for item, status in FILE_STATUS.items():

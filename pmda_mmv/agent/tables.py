@@ -3,7 +3,7 @@ and its other results (PCP error codes) by instance id, from this fetch's snapsh
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from pmda_mmv.directory.filestate import FileState
@@ -65,7 +65,7 @@ class FileTable:
         return plain, special
 
 
-def status_table(states: dict[str, FileState], read: Callable[[FileState], object]) -> Table:
+def status_table(states: Mapping[str, FileState], read: Callable[[FileState], object]) -> Table:
     def status_table() -> Built:
         return {s.instance: read(s) for s in states.values()}, {}
 

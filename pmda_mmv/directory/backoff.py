@@ -69,6 +69,16 @@ class Backoff:
         self.retries += tried
         return due
 
+    def not_ready(self, state: FileState, now: float, grace: float) -> None:
+        """``state`` was found not ready: retried at the next request when it was not so
+        already (logged once it stays so ``grace`` seconds), else it waits more."""
+        if state.state != NOT_READY:
+            state.log_after = now + grace
+            state.delay = 0.0
+            self.schedule(state, 0.0, now)
+        else:
+            self.wait_more(state, now)
+
     def wait_more(self, state: FileState, now: float) -> None:
         """``state`` is still not ready: back off, and log it once it stayed so."""
         state.delay = min(max(2 * state.delay, RETRY_FIRST), RETRY_MAX)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import select
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -60,7 +60,9 @@ class HostEntries(Protocol):
     """What the containers need of the scanner's entries: their states, the scopes the
     loader resolves container names with, and forgetting a name."""
 
-    states: dict[str, FileState]
+    @property
+    def states(self) -> Mapping[str, FileState]: ...
+
     scopes: dict[str, tuple[str, dict[str, str]]]
 
     def forget(self, name: str) -> Changes: ...

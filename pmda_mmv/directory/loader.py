@@ -3,8 +3,8 @@
 :meth:`Loader.consider` looks at a list of names: each whose stat changed is resolved
 (:mod:`~.policy`), checked against the resources (:mod:`~.resources`: ``max_total``, the
 descriptors, hard links), opened and validated (:class:`~.reader.MmvFile`), its PROCESS
-writer found (:mod:`~.liveness`); then :class:`~.entrytable.Entries` serves the opened files in
-name order (first come, first served).  When it runs, and how much at a time, is
+writer found (:mod:`~.liveness`); then :class:`~.entrytable.EntryTable` serves the opened
+files in name order (first come, first served).  When it runs, and how much at a time, is
 :mod:`~.scanner`'s part.
 """
 
@@ -15,12 +15,10 @@ import stat
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from pmda_mmv.directory.entrytable import Entries, Opened
+from pmda_mmv.directory.entrytable import EntryTable, Opened
 from pmda_mmv.directory.filestate import (
     NOT_READY,
-    PENDING,
     REFUSED,
-    UNSEEN,
     Changes,
     FileState,
     status_of,
@@ -43,7 +41,7 @@ class Loader:
     def __init__(
         self,
         directory: str,
-        entries: Entries,
+        entries: EntryTable,
         *,
         owners: Iterable[int] | None,
         clock: Callable[[], float],
@@ -92,10 +90,7 @@ class Loader:
                 continue
             except OSError as e:
                 lst = e  # reported by _load, as a refusal
-            state = self.entries.states.get(name)
-            if state is None:
-                state = self.entries.states[name] = FileState(name, self.entries.instance(name))
-                changes.states = True
+            state = self.entries.state(name, changes)
             if self._heavy(state, lst):
                 self.skipped.append(name)
                 continue
@@ -175,7 +170,7 @@ class Loader:
             status = status_of(e)
             self.entries.set_state(state, status, e.problem, changes)
             if status == NOT_READY:
-                self.entries.backoff.keep_head(state, target, st)
+                self.entries.keep_head(state, target, st)
             return None
         found = self._writer(state, mf, (path, deadline), changes)
         if found is None:
@@ -217,11 +212,7 @@ class Loader:
             return (self.entries.writers.open(mf, deadline, path=path),)
         except Searching:  # the walk of /proc goes on at the next request
             mf.close()
-            state.key = UNSEEN
-            self.entries.queue[state.name] = None
-            if state.entry is None and state.state != PENDING:
-                state.state, state.problems = PENDING, []
-                changes.states = True
+            self.entries.await_writer(state, changes)
             return None
         except NoWriter as e:
             mf.close()
@@ -267,6 +258,5 @@ class Loader:
         why = resources.over_total(path, size, was) or resources.over_files(path, was, open)
         if why is None:
             return False
-        self.entries.set_state(state, REFUSED, why, changes)
-        self.entries.starved.add(state.name)  # retried when a file leaves
+        self.entries.refuse_starved(state, why, changes)  # retried when a file leaves
         return True

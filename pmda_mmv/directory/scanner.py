@@ -43,15 +43,12 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from pmda_mmv.directory.containers import Containers
-from pmda_mmv.directory.entrytable import Entries
+from pmda_mmv.directory.entrytable import EntryTable
 from pmda_mmv.directory.filestate import (
     ALL,
     EXITED,
     NOT_READY_GRACE,
-    PENDING,
-    UNSEEN,
     Changes,
-    FileState,
     ignore_reason,
 )
 from pmda_mmv.directory.liveness import exit_problem, running
@@ -97,7 +94,7 @@ class Scanner:
         info: Log | None = None,
     ) -> None:
         # the entries' states and the served files, and what they take of the limits
-        self.entries = Entries(
+        self.entries = EntryTable(
             catalogue,
             Resources(limits or Limits()),
             not_ready_grace=not_ready_grace,
@@ -123,7 +120,6 @@ class Scanner:
         self._last_check = float("-inf")
         self._check_from = 0  # where the next periodic check starts, in served-name order
         self._dirty: set[str] = set()
-        self._freed = 0  # catalogue.freed when the starved files were last retried
         self._starving = False  # a resource freed: the starved files are being retried
         self._dirty_lock = threading.Lock()
         self._heavy_turn = False  # this request, heavy files are not left for later
@@ -135,17 +131,17 @@ class Scanner:
     def pending(self) -> bool:
         """True while a rescan is pending: a file is not ready, or a reload was requested
         (what ``mmv.control.reload`` reports)."""
-        return self.reload_requested or bool(self.entries.not_ready) or bool(self.entries.queue)
+        return self.reload_requested or self.entries.pending
 
     @property
     def queued(self) -> int:
         """Names waiting for a later request's budget to be loaded."""
-        return len(self.entries.queue)
+        return self.entries.queued
 
     @property
     def retries(self) -> int:
         """Retries of files not ready so far (header reads or reopens)."""
-        return self.entries.backoff.retries
+        return self.entries.retries
 
     def served(self) -> list[FileEntry]:
         return list(self.catalogue.files.values())
@@ -195,11 +191,7 @@ class Scanner:
         # loading and validating take half the budget: cataloguing and the tables the rest
         deadline = now + budget / 2 if bounded and budget is not None else None
         self.deadline = now + budget if bounded and budget is not None else None
-        for name in dirty & self.entries.not_ready:  # an event for a file that waits: at once
-            self.entries.backoff.schedule(self.states[name], 0.0, now)
-        retry = set(self.entries.not_ready) if force else self.entries.backoff.due(now)
-        for name in retry:
-            self.states[name].key = UNSEEN
+        retry = self.entries.due(dirty, now, force)
         if force or self.reload_requested or ALL in dirty or self._directory_changed():
             self.reload_requested = False
             changes.extend(self._rescan())
@@ -211,37 +203,19 @@ class Scanner:
             self._last_check = now
             changes.extend(self._check_served(None if force else CHECK_BUDGET))
         changes.extend(self._drain(deadline))
-        freed = self.catalogue.freed + self.entries.released
-        self._starving = bool(self.entries.starved) and (self._starving or freed != self._freed)
+        self._starving = bool(self.entries.starved) and (self._starving or self.entries.freed)
         if self._starving:
             changes.extend(self._retry_starved(deadline))
-        self._freed = self.catalogue.freed + self.entries.released
-        self._close_unserved(deadline)
+        self.entries.saw_freed()  # what the retry itself frees is not a new free
+        # thousands removed at once are unserved at once (their names unresolvable) and
+        # their descriptors closed over the next requests
+        self.entries.close_unserved(deadline, CLOSE_BUDGET)
         return changes
-
-    def _close_unserved(self, deadline: float | None) -> None:
-        """Close the descriptors of unserved files: CLOSE_BUDGET of them, then more until
-        ``deadline`` (None: all).  Thousands removed at once are unserved at once (their
-        names unresolvable) and closed over the next requests."""
-        closing, done = self.entries.closing, 0
-        for done, mf in enumerate(closing, 1):
-            mf.close()
-            if deadline is not None and done >= CLOSE_BUDGET and self.clock() >= deadline:
-                break
-        del closing[:done]
 
     def enqueue(self, names: Iterable[str]) -> Changes:
         """Queue ``names`` for loading (after those already queued); a name not seen
         before is PENDING until it is reached."""
-        changes = Changes()
-        for name in names:
-            if name in self.entries.queue:
-                continue
-            self.entries.queue[name] = None
-            if name not in self.states:
-                self.states[name] = FileState(name, self.entries.instance(name), state=PENDING)
-                changes.states = True
-        return changes
+        return self.entries.enqueue(names)
 
     def _drain(self, deadline: float | None) -> Changes:
         """Load queued names in order until ``deadline`` (None: all of them).
@@ -250,11 +224,11 @@ class Scanner:
         rate) take turns with the others: every other request leaves them queued, in
         their place, while the files behind them load, so a stream of new heavy files
         cannot keep a small new file waiting more than a request or two."""
-        if not self.entries.queue:
+        if not self.entries.queued:
             return Changes()
         # the queue is not copied: a sweep of 100,000 names costs what each request reaches
         # what loading queues meanwhile goes after
-        queue, self.entries.queue = self.entries.queue, {}
+        queue = self.entries.take_queue()
         skip = deadline is not None and self.budget is not None and not self._heavy_turn
         self.loader.skip_bytes = (
             int(self.loader.load_rate * self.budget / 2) if skip and self.budget else None
@@ -270,8 +244,7 @@ class Scanner:
             for name in done:
                 if name not in skipped:
                     del queue[name]
-            queue.update(self.entries.queue)  # a name queued again keeps its place
-            self.entries.queue = queue
+            self.entries.put_back(queue)  # a name queued again keeps its place
         return changes
 
     def _retry_starved(self, deadline: float | None) -> Changes:
@@ -282,7 +255,7 @@ class Scanner:
         for i, name in enumerate(sorted(self.entries.starved)):
             if deadline is not None and i and self.clock() >= deadline:
                 return changes  # _starving stays set: the next request goes on
-            self.states[name].key = UNSEEN
+            self.entries.invalidate([name])
             changes.extend(self.loader.consider([name])[0])
             if name in self.entries.starved:
                 break
@@ -293,12 +266,10 @@ class Scanner:
         """Load ``name`` again now (its values read as changed), when the request's budget
         (:attr:`deadline`) is not spent; else queue it for the next requests and return
         None (its entry stays served meanwhile: the fetch has no values from it)."""
-        if name in self.states:
-            self.states[name].key = UNSEEN
         if self.deadline is not None and self.clock() >= self.deadline:
-            self.entries.queue[name] = None
+            self.entries.requeue([name])
             return None
-        self.entries.queue.pop(name, None)
+        self.entries.take(name)
         return self.loader.consider([name])[0]
 
     def _directory_changed(self) -> bool:
@@ -337,10 +308,7 @@ class Scanner:
             changes.extend(self.entries.forget(gone))
         # new names first: a new file is visible at the next request however many are known;
         # known names after (one renamed over them has a new stat), within the budget
-        queue, self.entries.queue = self.entries.queue, {}
-        changes.extend(self.enqueue([n for n in names if n not in self.states]))
-        self.entries.queue.update(queue)  # then what was queued, then the rest (all known now)
-        self.entries.queue.update(dict.fromkeys(names))
+        changes.extend(self.entries.relist(names))
         return changes
 
     # -- served files: generation and writer
@@ -365,9 +333,7 @@ class Scanner:
             if writer is not None and writer.fd < 0 and not running(writer):
                 why = exit_problem(entry.mf.path, entry.mf, writer)
                 self.entries.set_state(state, EXITED, why, changes)
-        for name in stale:  # reloaded within the budget, this request or the next ones
-            self.states[name].key = UNSEEN
-        changes.extend(self.enqueue(stale))
+        self.entries.requeue(stale)  # reloaded within the budget, this request or the next
         return changes
 
     def _exited(self) -> Changes:

@@ -28,7 +28,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
   name of the file held is not given again while that name is remembered (at most
   :data:`SPILL_CAP` names a file).
 * Refusals for want of a resource (no free cluster, no free indom serial) are retried when
-  one frees up: :attr:`Catalogue.freed` counts the releases.
+  one frees up: :attr:`Catalogue.freed_listeners` are called at each release.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class Catalogue:
         self.clusters = Clusters(self.registry, self.log, self.info)  # who holds each cluster
         self.refusal: Problem | None = None  # why the last add() returned None
         self.starved = False  # whether it returned None for want of a cluster
-        self.freed = 0  # clusters and indom serials released so far (see module rules)
+        self.freed_listeners: list[Callable[[], None]] = []  # told: a cluster or serial freed
         self.files: dict[str, FileEntry] = {}
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
@@ -323,13 +323,15 @@ class Catalogue:
             return None
         if self.on_remove is not None:  # before its descriptor is closed: its last counts
             self.on_remove(entry)
-        self.freed += self.clusters.release(entry.cluster, entry.spill_clusters)
+        freed = self.clusters.release(entry.cluster, entry.spill_clusters)
         for m in entry.metrics:
             self.release_metric(m)
         self.registry.depart((name, entry.mf.uid))
         for serial, si in entry.indoms.items():
             if self.release_indom(entry.cluster, serial, si):
-                self.freed += 1
+                freed += 1
+        for listener in self.freed_listeners if freed else ():
+            listener()
         return entry
 
     def _add_indoms(self, entry: FileEntry, wanted: set[int]) -> None:

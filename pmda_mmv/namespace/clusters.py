@@ -38,11 +38,15 @@ class Clusters:
         self.identity = ""  # why the last choose moved a file (FileEntry.identity)
         self._evicted = ""  # the eviction the last choose made, as a note
         self._free_below = 1  # the lowest cluster that may be neither served nor held
-        self._released = registry.released
+        registry.released_listeners.append(self._released)
         self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
         self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
         self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
         # search starts there (from 1, N such files cost N^2 / 2 steps)
+
+    def _released(self) -> None:
+        """The registry freed a held cluster: the next search starts again from 1."""
+        self._free_below = 1
 
     def take(self, cluster: int, uid: int) -> None:
         """One more file of owner ``uid`` (unless another's already) serves ``cluster``."""
@@ -167,8 +171,6 @@ class Clusters:
         those no other file of the directory asks for; when none, the longest-departed
         holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
         taken, registry = self.owners, self.registry
-        if registry.released != self._released:  # a held cluster was freed: search again
-            self._released, self._free_below = registry.released, 1
         # clusters below it are all served, or held by a remembered name (N newcomers past
         # N departed names' clusters cost N steps, not N^2 / 2)
         first = max(self._taken_below, self._free_below)

@@ -91,7 +91,7 @@ class Registry:
         self.evicted = 0  # keys forgotten so far (cap and pool exhausted)
         self.problem = ""  # the last load or save problem ("" when none)
         self.saves = 0
-        self.released = 0  # clusters no key holds any more (the catalogue's search restarts)
+        self.released_listeners: list[Callable[[], None]] = []  # told: a cluster is unheld
         self.bytes = 0  # of every record's line in the file
         self._lines: dict[Key, str] = {}  # each record's JSON (record_body), until it changes
         self._gone: dict[int, dict[Key, int]] = {}  # owner -> its departed keys, in order
@@ -260,7 +260,8 @@ class Registry:
     def _unlink(self, key: Key, record: Record, release: bool = True) -> None:
         for cluster in record.all_clusters():  # its own and its spill clusters
             if drop_holder(self.clusters, cluster, key) and release:
-                self.released += 1
+                for listener in self.released_listeners:
+                    listener()
         for serial in record.indoms.values():
             drop_holder(self.serials, serial, key)
 

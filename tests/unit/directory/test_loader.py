@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.directory.entrytable import Entries
+from pmda_mmv.directory.entrytable import EntryTable
 from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, REFUSED, UNSEEN
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources
@@ -32,7 +32,7 @@ class Loaded:
     def __init__(self, directory: Path, max_total: int = 1 << 40) -> None:
         self.directory = directory
         self.lines: list[str] = []
-        entries = Entries(
+        entries = EntryTable(
             Catalogue(),
             Resources(Limits(max_size=MAX_SIZE, max_total=max_total)),
             not_ready_grace=10.0,
