@@ -214,11 +214,12 @@ class EntryTable:
         self._queue = rest
 
     def await_writer(self, state: FileState, changes: Changes) -> None:
-        """The search for ``state``'s writer goes on at the next request: queued again,
-        PENDING unless served."""
+        """``state``'s writer is searched at the next request: queued, PENDING unless served."""
         self.requeue([state.name])
         if state.entry is None and state.state != PENDING:
             state.state, state.problems = PENDING, []
+            self._not_ready.discard(state.name)
+            self._backoff.unpeek(state)
             changes.states = True
 
     # -- files not ready, closing

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.directory.entrytable import EntryTable
-from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, REFUSED, UNSEEN
+from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, REFUSED
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources
 from pmda_mmv.mmvfile import layout
@@ -162,7 +162,7 @@ def test_max_total_refuses_a_file_then_serves_it_when_another_leaves(tmp_path: P
         lo.consider("a")
         lo.loader.entries.states["c"].key = unchanged  # the same stat: a retry must not look at it
         assert lo.consider("c") == ([], [])
-        lo.loader.entries.states["c"].key = UNSEEN  # what the scanner's retry of starved files does
+        lo.loader.entries.invalidate(["c"])  # what the scanner's retry of starved files does
         assert lo.consider("c") == (["c"], [])
         assert lo.loader.entries.starved == set()
     finally:
@@ -176,7 +176,7 @@ def test_a_file_not_written_yet_is_not_ready(tmp_path: Path, loaded: Loaded) -> 
     assert state == NOT_READY
     assert problem.endswith("file.size at offset 0: size 0, not written yet")
     single(5).write(tmp_path / "empty")
-    loaded.loader.entries.states["empty"].key = UNSEEN  # its retry is due (the backoff's part)
+    loaded.loader.entries.invalidate(["empty"])  # its retry is due (the backoff's part)
     assert loaded.consider("empty") == (["empty"], [])
 
 
