@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pmda_mmv.directory.entrytable import EntryTable
-from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, REFUSED
+from pmda_mmv.directory.filestate import NO_WRITER, NOT_READY, OK, PENDING, REFUSED
 from pmda_mmv.directory.loader import Loader
 from pmda_mmv.directory.resources import Limits, Resources
 from pmda_mmv.mmvfile import layout
@@ -210,3 +210,33 @@ def test_a_skipped_entry_and_one_without_a_writer_are_problems_of_the_entry(
         " (MMV_FLAG_PROCESS), file not served",
     )
     assert loaded.lines[-2:] == [loaded.state("fifo")[1], loaded.state("link")[1]]
+
+
+def test_a_file_not_ready_whose_writer_search_goes_on_is_pending_and_not_ready_no_more(
+    tmp_path: Path,
+) -> None:
+    """A PROCESS file first found empty, then written: its walk of /proc (here a /proc of
+    many processes, none its writer) does not end by the deadline, so the search goes on
+    at the next request: the file is PENDING and queued, no longer among the files not
+    ready (whose retries the backoff schedules), and the descriptor kept to read its
+    header while it was not ready is closed."""
+    directory, proc = tmp_path / "mmv", tmp_path / "proc"
+    directory.mkdir()
+    for pid in range(1, 3 * 64):  # more than one step of the walk (procfs.WALK_STEP)
+        (proc / str(pid)).mkdir(parents=True)
+    (directory / "app").write_bytes(b"")
+    lo = Loaded(directory)
+    try:
+        entries = lo.loader.entries
+        entries.writers.proc = str(proc)
+        assert lo.consider() == ([], [])
+        assert lo.state("app")[0] == NOT_READY and set(entries.not_ready) == {"app"}
+        single(5, flags=layout.FLAG_PROCESS, process=7).write(directory / "app")
+        changes, stop = lo.loader.consider(["app"], deadline=time.monotonic() - 1)
+        assert stop is None and changes.added == []
+        assert lo.state("app") == (PENDING, "")
+        assert entries.queued == 1 and entries.pending
+        assert set(entries.not_ready) == set()
+        assert entries.states["app"].peek == -1
+    finally:
+        lo.close()
