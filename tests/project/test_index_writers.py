@@ -1,8 +1,9 @@
 """One writer for each index of the namespace: the catalogue's (served names, PMIDs and
 their sources, indom numbers, family subtrees, the watchers told of files) are written in
 ``namespace/catalogue.py`` only, the held clusters in ``namespace/clusters.py`` only, and
-no module keeps a second name for them.  Each check is run on the package and, to prove
-it bites, on a planted source text."""
+no module keeps a second name for them; the directory's state (entries' states, the load
+queue, the names not ready and starved, the closing files) in ``directory/entrytable.py``
+only.  Each check is run on the package and, to prove it bites, on a planted source text."""
 
 from __future__ import annotations
 
@@ -22,6 +23,19 @@ WRITERS = {
         "on_remove",
     },
     "namespace/clusters.py": {"owners", "spill_owner"},
+    "directory/entrytable.py": {
+        "_states",
+        "_queue",
+        "_not_ready",
+        "_starved",
+        "_closing",
+        "_backoff",
+        "_freed",
+        "queue",
+        "not_ready",
+        "closing",
+        "backoff",
+    },
 }
 MUTATORS = {
     "claim",
@@ -122,3 +136,14 @@ def test_no_module_keeps_another_name_for_an_index() -> None:
     assert aliases("namespace/catalogue.py", planted) == [
         "namespace/catalogue.py:1 self.owners = self.clusters.owners"
     ]
+
+
+def test_only_the_entry_table_writes_the_directory_state() -> None:
+    planted = "entries._queue[name] = None\nscanner.entries.not_ready.add(n)\n"
+    planted += "x = scanner.entries.queued\nself._freed = True\nentries._states.pop(n)\n"
+    assert writes("directory/scanner.py", planted) == [
+        "directory/scanner.py:1 entries._queue[name]",
+        "directory/scanner.py:2 scanner.entries.not_ready.add",
+        "directory/scanner.py:5 entries._states.pop",
+    ]
+    assert writes("directory/entrytable.py", "self._queue[name] = None\n") == []
