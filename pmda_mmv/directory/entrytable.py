@@ -202,8 +202,7 @@ class EntryTable:
         self._queue.pop(name, None)
 
     def take_queue(self) -> dict[str, None]:
-        """The queued names, in order, the queue left empty (what loading them queues
-        goes after them: :meth:`put_back`)."""
+        """The queued names, in order, the queue left empty (until :meth:`put_back`)."""
         queue, self._queue = self._queue, {}
         return queue
 
@@ -238,8 +237,7 @@ class EntryTable:
         self._backoff.keep_head(state, target, st)
 
     def close_unserved(self, deadline: float | None, at_least: int) -> None:
-        """Close the descriptors of unserved files: ``at_least`` of them, then more until
-        ``deadline`` (None: all)."""
+        """Close unserved files: ``at_least`` of them, then more until ``deadline`` (None: all)."""
         closing, done = self._closing, 0
         for done, mf in enumerate(closing, 1):
             mf.close()

@@ -327,10 +327,8 @@ class Catalogue:
         for m in entry.metrics:
             self.release_metric(m)
         self.registry.depart((name, entry.mf.uid))
-        for serial, si in entry.indoms.items():
-            if self.release_indom(entry.cluster, serial, si):
-                freed += 1
-        for listener in self.freed_listeners if freed else ():
+        released = [self.release_indom(entry.cluster, s, si) for s, si in entry.indoms.items()]
+        for listener in self.freed_listeners if freed or any(released) else ():
             listener()
         return entry
 
