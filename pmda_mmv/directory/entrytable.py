@@ -221,8 +221,6 @@ class EntryTable:
             self._backoff.unpeek(state)
             changes.states = True
 
-    # -- files not ready, closing
-
     def due(self, dirty: AbstractSet[str], now: float, force: bool) -> set[str]:
         """The names not ready to retry now (looked at again at their next load): those
         ``dirty`` names at once, the others as their backoff says (all when ``force``)."""
