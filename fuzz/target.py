@@ -129,7 +129,7 @@ def _check_empty(cat: Catalogue) -> None:
         cat.files
         or cat.leaves
         or cat.tree
-        or cat.clusters.owners
+        or cat.clusters.held_by
         or cat.sources
         or cat.indom_sources
         or cat.indom_keys

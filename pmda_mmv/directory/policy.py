@@ -35,25 +35,35 @@ def resolve(
     target, st = path, lst
     if stat.S_ISLNK(lst.st_mode) and not follow:
         raise Skip(
-            path=path, message="symlink in a container's directory, not followed", key=key(lst)
+            path=path,
+            message="symlink in a container's directory, not followed",
+            key=stat_identity(lst),
         )
     if stat.S_ISLNK(lst.st_mode):
         target = os.path.realpath(path)
         if os.path.dirname(target) != os.path.realpath(directory):
             raise Skip(
-                path=path, message="symlink out of the directory, not followed", key=key(lst)
+                path=path,
+                message="symlink out of the directory, not followed",
+                key=stat_identity(lst),
             )
         try:
             st = os.lstat(target)
         except OSError as e:
-            raise Skip(path=path, message=f"symlink target: {e.strerror}", key=key(lst)) from None
+            raise Skip(
+                path=path, message=f"symlink target: {e.strerror}", key=stat_identity(lst)
+            ) from None
     if not stat.S_ISREG(st.st_mode):
-        raise Skip(path=path, message=f"not a regular file ({kind(st.st_mode)})", key=key(st))
+        raise Skip(
+            path=path, message=f"not a regular file ({kind(st.st_mode)})", key=stat_identity(st)
+        )
     if owners is not None and st.st_uid not in owners:
-        raise Skip(path=path, message=f"owner uid {st.st_uid} is not trusted", key=key(st))
+        raise Skip(
+            path=path, message=f"owner uid {st.st_uid} is not trusted", key=stat_identity(st)
+        )
     return target, st
 
 
-def key(st: os.stat_result) -> tuple[int, ...]:
+def stat_identity(st: os.stat_result) -> tuple[int, ...]:
     """What identifies a skipped entry until it changes."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid)

@@ -166,7 +166,7 @@ class Catalogue:
         aside: each file has spill clusters of its own, and a spilled name another file
         serves is refused, so the processes of one application still share)."""
         held = self.clusters
-        if held.owners[cluster][0] != mf.uid or cluster in held.spill_owner:
+        if held.held_by[cluster][0] != mf.uid or cluster in held.spill_owner:
             return False
         stem = self._stem(mf)
         first = first_named(mf.metrics)
@@ -300,7 +300,7 @@ class Catalogue:
         known = self.registry.spills((mf.name, mf.uid), wanted)
         if not wanted and not known:
             return
-        mine = {entry.cluster} | self.clusters.owners.keys()  # another file's now: given up
+        mine = {entry.cluster} | self.clusters.held_by.keys()  # another file's now: given up
         free_cluster = partial(self.clusters.hold_free, requested, mf.uid)  # held meanwhile
 
         def refuse(name: str) -> None:

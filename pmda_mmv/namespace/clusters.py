@@ -29,7 +29,7 @@ class Sharing(Protocol):
 
 
 class Clusters:
-    """The clusters held by served files: ``owners`` (cluster -> (owner uid, files)) and
+    """The clusters held by served files: ``held_by`` (cluster -> (owner uid, files)) and
     ``spill_owner`` (spill cluster -> the file it is served to), written here only."""
 
     def __init__(self, registry: Registry, log: Log, info: Log) -> None:
@@ -39,7 +39,7 @@ class Clusters:
         self._evicted = ""  # the eviction the last choose made, as a note
         self._free_below = 1  # the lowest cluster that may be neither served nor held
         registry.released_listeners.append(self._released)
-        self.owners: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
+        self.held_by: dict[int, tuple[int, int]] = {}  # cluster -> (owner uid, files)
         self.spill_owner: dict[int, str] = {}  # spill cluster -> the file it is served to
         self._taken_below = 1  # the lowest cluster that may be free: a cluster-0 file's
         # search starts there (from 1, N such files cost N^2 / 2 steps)
@@ -50,14 +50,14 @@ class Clusters:
 
     def take(self, cluster: int, uid: int) -> None:
         """One more file of owner ``uid`` (unless another's already) serves ``cluster``."""
-        owner, count = self.owners.get(cluster, (uid, 0))
-        self.owners[cluster] = (owner, count + 1)
+        owner, count = self.held_by.get(cluster, (uid, 0))
+        self.held_by[cluster] = (owner, count + 1)
         self._advance()
 
     def hold(self, cluster: int, uid: int, name: str | None = None) -> None:
         """Reserve ``cluster`` for owner ``uid`` alone; with ``name``, as the cluster served
         to ``name`` only (a file's spill cluster, a family's cluster): no file shares it."""
-        self.owners[cluster] = (uid, 1)
+        self.held_by[cluster] = (uid, 1)
         if name is not None:
             self.spill_owner[cluster] = name
 
@@ -78,15 +78,15 @@ class Clusters:
         """One file fewer serves ``cluster``; its ``spills`` are freed.  Returns how many
         clusters are free now that were not."""
         freed = 0
-        uid, count = self.owners[cluster]
+        uid, count = self.held_by[cluster]
         if count > 1:
-            self.owners[cluster] = (uid, count - 1)
+            self.held_by[cluster] = (uid, count - 1)
         else:
-            del self.owners[cluster]
+            del self.held_by[cluster]
             self._taken_below = min(self._taken_below, cluster)
             freed += 1
         for c in spills:
-            del self.owners[c]
+            del self.held_by[c]
             del self.spill_owner[c]
             self._taken_below = min(self._taken_below, c)
             freed += 1
@@ -94,12 +94,12 @@ class Clusters:
 
     def give_back(self, cluster: int) -> None:
         """``cluster``, held apart from any file (a family's), is free again."""
-        self.owners.pop(cluster, None)
+        self.held_by.pop(cluster, None)
         self.spill_owner.pop(cluster, None)
         self._taken_below = min(self._taken_below, cluster)
 
     def _advance(self) -> None:
-        while self._taken_below in self.owners:
+        while self._taken_below in self.held_by:
             self._taken_below += 1
 
     def choose(self, mf: MmvFile, requested: set[int], sharing: Sharing) -> int | None:
@@ -107,7 +107,7 @@ class Clusters:
         ``requested`` holds clusters other files in the directory ask for, ``sharing``
         judges joining a served cluster.  None when all 4095 are served.
         :attr:`identity` says why a file is not served where it asked."""
-        taken, registry = self.owners, self.registry
+        taken, registry = self.held_by, self.registry
         key: Key = (mf.name, mf.uid)
         asked = mf.header.cluster
         record = registry.get(key)
@@ -144,7 +144,7 @@ class Clusters:
 
     def _moved(self, mf: MmvFile, asked: int, cluster: int, sharing: Sharing) -> str:
         """Why ``mf`` is served as ``cluster``, not the ``asked`` one, naming its holder."""
-        if asked in self.owners:
+        if asked in self.held_by:
             holder = self.spill_owner.get(asked) or sharing.served_to(asked)
             who = f"served to {holder}"
         else:
@@ -170,7 +170,7 @@ class Clusters:
         """The lowest cluster neither served nor held by a remembered name, preferring
         those no other file of the directory asks for; when none, the longest-departed
         holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
-        taken, registry = self.owners, self.registry
+        taken, registry = self.held_by, self.registry
         # clusters below it are all served, or held by a remembered name (N newcomers past
         # N departed names' clusters cost N steps, not N^2 / 2)
         first = max(self._taken_below, self._free_below)

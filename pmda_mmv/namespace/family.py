@@ -231,7 +231,7 @@ class Families:
         record = cat.registry.get(fam.key)
         own = (
             record.cluster
-            if record is not None and record.cluster not in cat.clusters.owners
+            if record is not None and record.cluster not in cat.clusters.held_by
             else None
         )
         owner = fam.owner if fam.owner is not None else 0

@@ -51,7 +51,7 @@ CAP: Final = 10_000
 BYTES_PER_NAME: Final = 400
 """An owner's records are bounded at ``cap`` times this many bytes (4 MB at the default
 cap: 10,000 names take 1.5 MB; a file with 4,096 spilled names of any length 200 kB)."""
-OWNERS: Final = 8
+OWNER_QUOTAS: Final = 8
 """Owners' quotas the registry keeps in all before one owner's departed names go for
 another's (the owner who has departed the most first)."""
 SUFFIX: Final = ".mmv-identity.json"
@@ -268,16 +268,17 @@ class Registry:
     def _trim(self, uid: int) -> None:
         """Owner ``uid``'s quota: past ``cap`` names or ``byte_cap`` bytes of its own (+1/8,
         so that trimming is rare) its longest departed go, down to the quota; only past
-        OWNERS quotas of departed keys in all, those of the owner who has departed the most."""
+        OWNER_QUOTAS quotas of departed keys in all, the most departed owner's."""
         if self._owned[uid] > self._keep:
             self._forget_of("names", self.cap, lambda: self._owned[uid], lambda: uid)
         if self._owned_bytes[uid] > self.byte_cap * 9 // 8:
             self._forget_of("bytes", self.byte_cap, lambda: self._owned_bytes[uid], lambda: uid)
-        if len(self.departed) > OWNERS * self._keep:
-            self._forget_of("names", OWNERS * self.cap, lambda: len(self.departed), self._most)
-        if self._gone_bytes.total() > OWNERS * self.byte_cap * 9 // 8:
+        if len(self.departed) > OWNER_QUOTAS * self._keep:
+            departed = lambda: len(self.departed)  # noqa: E731
+            self._forget_of("names", OWNER_QUOTAS * self.cap, departed, self._most)
+        if self._gone_bytes.total() > OWNER_QUOTAS * self.byte_cap * 9 // 8:
             gone = self._gone_bytes.total
-            self._forget_of("bytes", OWNERS * self.byte_cap, gone, self._most)
+            self._forget_of("bytes", OWNER_QUOTAS * self.byte_cap, gone, self._most)
 
     def _most(self) -> int:
         """The owner who has departed the most bytes (ties: the longest departed)."""

@@ -22,7 +22,7 @@ WRITERS = {
         "on_add",
         "on_remove",
     },
-    "namespace/clusters.py": {"owners", "spill_owner"},
+    "namespace/clusters.py": {"held_by", "spill_owner"},
     "directory/entrytable.py": {
         "_states",
         "_queue",
@@ -118,23 +118,23 @@ def modules() -> dict[str, str]:
 def test_only_the_catalogue_and_clusters_write_their_indexes() -> None:
     assert [w for m, s in modules().items() for w in writes(m, s)] == []
     planted = "cat.sources[(1, 2)] = [fsm]\ncat.tree.claim(name)\ndel cat.indom_keys[k]\n"
-    planted += "catalogue.on_add, x = f, 1\nlink(cat.indom_sources, 3, si)\ncat.owners[4] = 1\n"
+    planted += "catalogue.on_add, x = f, 1\nlink(cat.indom_sources, 3, si)\ncat.held_by[4] = 1\n"
     assert writes("namespace/family.py", planted) == [
         "namespace/family.py:1 cat.sources[1, 2]",
         "namespace/family.py:2 cat.tree.claim",
         "namespace/family.py:3 cat.indom_keys[k]",
         "namespace/family.py:4 catalogue.on_add",
         "namespace/family.py:5 cat.indom_sources",
-        "namespace/family.py:6 cat.owners[4]",
+        "namespace/family.py:6 cat.held_by[4]",
     ]
     assert writes("namespace/catalogue.py", "self.sources.pop(k)\nx = cat.sources.get(k)\n") == []
 
 
 def test_no_module_keeps_another_name_for_an_index() -> None:
     assert [a for m, s in modules().items() for a in aliases(m, s)] == []
-    planted = "self.owners = self.clusters.owners\nfree = not cat.sources\n"
+    planted = "self.held_by = self.clusters.held_by\nfree = not cat.sources\n"
     assert aliases("namespace/catalogue.py", planted) == [
-        "namespace/catalogue.py:1 self.owners = self.clusters.owners"
+        "namespace/catalogue.py:1 self.held_by = self.clusters.held_by"
     ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.directory.policy import Skip, key, kind, resolve
+from pmda_mmv.directory.policy import Skip, kind, resolve, stat_identity
 
 
 def lstat_resolve(directory: Path, name: str, owners: set[int] | None = None) -> tuple[str, int]:
@@ -53,7 +53,7 @@ def test_a_symlink_out_of_the_directory_is_not_followed(tmp_path: Path, where: s
     (served / "link").symlink_to(other / "f")
     err = skipped(served, "link")
     assert err.message == "symlink out of the directory, not followed"
-    assert err.key == key(os.lstat(served / "link"))  # the link's own identity
+    assert err.key == stat_identity(os.lstat(served / "link"))  # the link's own identity
 
 
 def test_a_dangling_symlink_is_skipped_with_the_reason(tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ def test_other_kinds_are_skipped_naming_the_kind(tmp_path: Path, make: object, w
     make(tmp_path / "entry")  # type: ignore[operator]
     err = skipped(tmp_path, "entry")
     assert err.message == f"not a regular file ({what})"
-    assert err.key == key(os.stat(tmp_path / "entry"))
+    assert err.key == stat_identity(os.stat(tmp_path / "entry"))
 
 
 def test_a_symlink_to_a_fifo_of_the_directory_is_skipped_as_a_fifo(tmp_path: Path) -> None:
@@ -108,23 +108,23 @@ def test_owners_restrict_by_uid(tmp_path: Path) -> None:
     assert lstat_resolve(tmp_path, "app", None)[0] == str(tmp_path / "app")
     err = skipped(tmp_path, "app", {uid + 1})
     assert err.message == f"owner uid {uid} is not trusted"
-    assert skipped(tmp_path, "app", set()).key == key(os.stat(tmp_path / "app"))
+    assert skipped(tmp_path, "app", set()).key == stat_identity(os.stat(tmp_path / "app"))
 
 
 def test_the_key_of_a_skipped_entry_changes_when_the_entry_does(tmp_path: Path) -> None:
     """The scanner does not look at a skipped entry again until its key changes."""
     path = tmp_path / "app"
     path.write_bytes(b"MMV")
-    before = key(os.stat(path))
-    assert key(os.stat(path)) == before
+    before = stat_identity(os.stat(path))
+    assert stat_identity(os.stat(path)) == before
     path.write_bytes(b"MMV2")  # size
-    assert key(os.stat(path)) != before
-    before = key(os.stat(path))
+    assert stat_identity(os.stat(path)) != before
+    before = stat_identity(os.stat(path))
     path.chmod(0o600)  # mode
-    assert key(os.stat(path)) != before
-    before = key(os.stat(path))
+    assert stat_identity(os.stat(path)) != before
+    before = stat_identity(os.stat(path))
     os.utime(path, ns=(0, 12345))  # mtime
-    assert key(os.stat(path)) != before
+    assert stat_identity(os.stat(path)) != before
 
 
 @pytest.mark.parametrize(

@@ -99,5 +99,5 @@ def test_a_family_releases_all_it_claimed_when_its_last_member_leaves(tmp_path: 
     assert "mmv.websrv.requests" in w.cat.leaves  # a member is left
     w.remove("websrv_b")
     assert not (w.cat.sources or w.cat.leaf_pmid or w.cat.leaves)
-    assert not (w.cat.indom_keys or w.cat.indom_sources or w.cat.clusters.owners)
+    assert not (w.cat.indom_keys or w.cat.indom_sources or w.cat.clusters.held_by)
     assert "mmv.websrv" in w.cat.family_trees  # still reserved for the family
