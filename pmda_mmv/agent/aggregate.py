@@ -12,32 +12,45 @@ one dictionary operation per value.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
+from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.family import Family
 from pmda_mmv.namespace.served import ServedMetric
 
 Built = tuple[dict[int, Any] | list[Any], dict[int, Any]]
 Table = Callable[[], "Built | None"]
 Part = Callable[[ServedMetric], Table]
+WRAP: Final = 1 << 64
+"""A summed unsigned counter is served modulo 2^64: a sum past the type's range wraps, as
+one writer's u64 counter does, and PCP's rate conversion counts a wrap as one."""
+UNSIGNED: Final = (layout.TYPE_U64, layout.TYPE_U32)
 
 
 class FamilyTable:
     """The table builder of one family metric (see the module docstring); ``part`` gives
     a member's table builder of its metric."""
 
-    __slots__ = ("counter", "family", "mode", "name", "part")
+    __slots__ = ("counter", "family", "mode", "name", "part", "wrap")
 
     def __init__(self, family: Family, fsm: ServedMetric, part: Part) -> None:
         self.family = family
         self.name = fsm.metric.name
         self.mode = family.mode(fsm)
         self.counter = fsm.semantics == 1 and self.mode == "sum"  # not a string counter
+        self.wrap = self.counter and fsm.type in UNSIGNED
         self.part = part
 
     def __call__(self) -> Built | None:
+        with self.family.lock:  # the departures thread credits departed members
+            return self._build()
+
+    def _build(self) -> Built | None:
         fam, name = self.family, self.name
-        holders = list(fam.holders.get(name, {}).values())
+        files, credited = fam.members, fam.credited
+        holders = [
+            sm for sm in fam.holders.get(name, {}).values() if not _departed(files, credited, sm)
+        ]
         if self.mode == "mostrecent":  # the most recently started last: its values win
             files = fam.members
             holders.sort(key=lambda sm: (files[sm.file].mf.header.g1, sm.file))
@@ -57,7 +70,16 @@ class FamilyTable:
             _fold(acc, pairs, self.mode)
         if not fresh and not acc and holders:
             return None  # no member has a snapshot in this fetch: PM_ERR_AGAIN
+        if self.wrap:  # a counter wrap, as a writer's own u64 wraps (PCP's rates take it)
+            acc = {k: v % WRAP if type(v) is int else v for k, v in acc.items()}
         return acc, {}
+
+
+def _departed(files: dict[str, Any], credited: dict[Any, None], sm: ServedMetric) -> bool:
+    """Whether member ``sm.file`` is in its family's ledger: credited as it departed (its
+    counts are in the totals) before this agent's thread unserved it."""
+    h = files[sm.file].mf.header
+    return (sm.file, h.g1, h.g2) in credited
 
 
 def _fold(acc: dict[int, Any], pairs: Any, mode: str) -> None:

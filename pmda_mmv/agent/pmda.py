@@ -29,6 +29,7 @@ from pmda_mmv.agent.options import Options, parse_args
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory.departures import Departures
 from pmda_mmv.directory.filestate import STATES, Changes
 from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
@@ -63,7 +64,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         )  # the registry loaded before the first scan (and before set_user: read as started)
         self.registry, self.catalogue = built.registry, built.catalogue
         self.families, self.scanner = built.families, built.scanner
-        self.watcher = Watcher(directory, self.scanner.mark_dirty, polling=opts.polling)
+        self.departures = Departures(directory, self.families, self.registry, self.file_log.info)
+        self.watcher = Watcher(directory, self._mark, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.pmda_metrics: dict[str, pmdaMetric] = {}
@@ -203,11 +205,23 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     # -- applying scanner changes
 
+    def _mark(self, name: str) -> None:
+        """The watcher's thread saw ``name`` change: queued for the scanner, and for the
+        departures thread when it matches a family's pattern."""
+        self.scanner.mark_dirty(name)
+        self.departures.notice(name)
+
     def refresh_metrics(
         self, force: bool = False, bounded: bool = True, budget: float | None = None
     ) -> None:
         """Start of every request: bring the served tables up to date, within the
-        scanner's budget (or ``budget`` seconds) when ``bounded``."""
+        scanner's budget (or ``budget`` seconds) when ``bounded``; the families' lock held
+        (departures.py credits departed members meanwhile)."""
+        with self.families.lock:
+            self.departures.start()
+            self._refresh(force, bounded, budget)
+
+    def _refresh(self, force: bool, bounded: bool, budget: float | None) -> None:
         rescans = self.scanner.rescans
         changes = self.scanner.refresh(force, bounded, budget)
         taken = self.held.take(changes, self.scanner.queued, time.monotonic())

@@ -28,12 +28,17 @@ their own names too: that is the per-member breakdown.  Rules (docs/families.md)
 from __future__ import annotations
 
 import fnmatch
+import math
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pmda_mmv.mmvfile import layout, pmunits
+from pmda_mmv.mmvfile.decode import Snapshot
+from pmda_mmv.mmvfile.parsed import Metric
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL, PM_SEM_COUNTER, Log
+from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.familyspec import FamilySpec
@@ -45,6 +50,9 @@ PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE
 RECENT: Final = 1024
 """Departed members whose credited counts are kept, to be taken back when the same
 file (name and generation) is served again (a reload, not a restart)."""
+LEDGER: Final = 4096
+"""Departed members (name and generation) whose counts a family remembers having
+credited, kept with its counts: a file left behind is not credited again."""
 
 Counts = dict[str, dict[int, float]]
 Values = dict[int, Any] | list[Any]
@@ -72,7 +80,10 @@ class Family:
     totals: Counts = field(default_factory=dict)
     seen: dict[str, dict[str, Values]] = field(default_factory=dict)  # last fetched counts
     recent: dict[tuple[str, int, int], Counts] = field(default_factory=dict)
+    credited: dict[tuple[str, int, int], None] = field(default_factory=dict)  # the ledger
     problems: list[str] = field(default_factory=list)
+
+    lock: Any = None  # Families.lock
 
     @property
     def key(self) -> Key:
@@ -105,6 +116,15 @@ class Families:
         self.families = [
             Family(s, s.owner if s.owner is not None else self._remembered(s.name)) for s in specs
         ]
+        self.lock = threading.RLock()
+        """Held around every change of the families' counts and every registry save, by the
+        agent's thread (its requests) and the departures thread (directory/departures.py)."""
+        for fam in self.families:
+            fam.lock = self.lock
+            record = catalogue.registry.get(fam.key)
+            if record is not None:
+                fam.totals = {m: dict(t) for m, t in record.totals.items()}
+                fam.credited = dict.fromkeys(record.credited)
         self.by_cluster: dict[int, Family] = {}
         self.of_file: dict[str, Family] = {}
         self.pmids: set[tuple[int, int]] = set()
@@ -143,7 +163,7 @@ class Families:
         """A file is served: it joins the family its name matches, or is left out."""
         if "/" in entry.name:  # a container's file (--containers): never in a host family
             return
-        fam = next((f for f in self.families if fnmatch.fnmatchcase(entry.name, f.spec.glob)), None)
+        fam = self.family_of(entry.name)
         if fam is None:
             return
         self.of_file[entry.name] = fam
@@ -188,19 +208,81 @@ class Families:
         del fam.members[entry.name]
         for holders in fam.holders.values():
             holders.pop(entry.name, None)
-        counts = _final_counts(fam, entry, fam.seen.pop(entry.name, {}))
+        seen = fam.seen.pop(entry.name, {})
+        h = entry.mf.header
+        key = (entry.name, h.g1, h.g2)
+        if key not in fam.credited:  # else credited as it departed (departures.py)
+            counts = self._finite(fam, entry.mf.path, _final_counts(fam, entry, seen))
+            self._add(fam, key, counts)
+            fam.recent[key] = counts
+            if len(fam.recent) > RECENT:
+                del fam.recent[next(iter(fam.recent))]
+        waiting = any(not why.startswith("owned by") for why in fam.left_out.values())
+        if not fam.members and (waiting or not _counted(fam)):  # else served: its counts
+            self._unserve(fam)
+            self._rejudge(fam)
+
+    def _add(self, fam: Family, key: tuple[str, int, int], counts: Counts) -> None:
+        """A departed member's ``counts`` join the family's, with ``key`` in its ledger."""
         for metric, row in counts.items():
             total = fam.totals.setdefault(metric, {})
             for inst, v in row.items():
                 total[inst] = total.get(inst, 0) + v
-        h = entry.mf.header
-        fam.recent[(entry.name, h.g1, h.g2)] = counts
-        if len(fam.recent) > RECENT:
-            del fam.recent[next(iter(fam.recent))]
-        self.catalogue.registry.credit(fam.key, fam.totals)
-        if not fam.members:
-            self._unserve(fam)
-            self._rejudge(fam)
+        fam.credited[key] = None
+        while len(fam.credited) > LEDGER:
+            del fam.credited[next(iter(fam.credited))]
+        self.catalogue.registry.credit(fam.key, fam.totals, list(fam.credited))
+
+    def _finite(self, fam: Family, path: str, counts: Counts) -> Counts:
+        """``counts`` without the values that are not finite (not credited, logged)."""
+        for metric, row in counts.items():
+            bad = [i for i, v in row.items() if not math.isfinite(v)]
+            for inst in bad:
+                del row[inst]
+            if bad:
+                self.log(
+                    f"{path}: family {fam.spec.name}: metric {metric}: a value that is not "
+                    "finite, not credited"
+                )
+        return {m: row for m, row in counts.items() if row}
+
+    def credit_departed(self, mf: MmvFile, snap: Snapshot | None) -> bool:
+        """A matching file departed (unlinked, replaced or its writer gone), seen by the
+        departures thread with its last values ``snap``: credited to its family once (by
+        name and generation), when it is the family owner's and agrees with its members.
+        The caller holds :attr:`lock` and saves the registry."""
+        fam = self.family_of(mf.name)
+        h = mf.header
+        key = (mf.name, h.g1, h.g2)
+        if fam is None or snap is None or key in fam.credited:
+            return False
+        if fam.owner is None:
+            fam.owner = mf.uid
+        if mf.uid != fam.owner or _disagrees(fam, mf):
+            return False
+        member = fam.members.get(mf.name)
+        if member is not None and (member.mf.header.g1, member.mf.header.g2) == key[1:]:
+            fam.seen.pop(mf.name, None)  # still served: not credited at its leave()
+        counts: Counts = {}
+        for metric in mf.metrics:
+            defn = _parsed_definition(mf, metric)
+            if defn[2] != PM_SEM_COUNTER or metric.type == layout.TYPE_STRING:
+                continue
+            if metric.spill or (fam.defs and metric.name not in fam.defs):
+                continue
+            keys = [i & 0xFFFFFFFF for i, _ in defn[4]] if defn[4] is not None else [PM_IN_NULL]
+            pairs = zip(keys, mf.column(snap, metric), strict=False)
+            row = {k: v for k, v in pairs if isinstance(v, int | float)}
+            if row:
+                counts[metric.name] = row
+        self._add(fam, key, self._finite(fam, mf.path, counts))
+        return True
+
+    def family_of(self, name: str) -> Family | None:
+        """The family whose pattern file ``name`` matches first (a container's: none)."""
+        if "/" in name:
+            return None
+        return next((f for f in self.families if fnmatch.fnmatchcase(name, f.spec.glob)), None)
 
     def _rejudge(self, fam: Family) -> None:
         """The last member left: the files left out for disagreeing with the members are
@@ -215,13 +297,14 @@ class Families:
         """The same file (name and generation) served again: its credit is taken back."""
         h = entry.mf.header
         counts = fam.recent.pop((entry.name, h.g1, h.g2), None)
-        if not counts:
+        if counts is None:
             return
         for metric, row in counts.items():
             total = fam.totals.get(metric, {})
             for inst, v in row.items():
                 total[inst] = total.get(inst, 0) - v
-        self.catalogue.registry.credit(fam.key, fam.totals)
+        fam.credited.pop((entry.name, h.g1, h.g2), None)
+        self.catalogue.registry.credit(fam.key, fam.totals, list(fam.credited))
 
     # -- the family's numbers and names
 
@@ -239,7 +322,9 @@ class Families:
         if cluster is None:
             return False
         fam.cluster = cluster
-        fam.totals = {m: dict(t) for m, t in record.totals.items()} if record else {}
+        if record is not None:
+            fam.totals = {m: dict(t) for m, t in record.totals.items()}
+            fam.credited = dict.fromkeys(record.credited)
         self.by_cluster[cluster] = fam
         return True
 
@@ -335,6 +420,31 @@ def _show(at: int, value: Any) -> str:
     if FIELDS[at] == "instances":
         return "[" + ", ".join(f"{i} {n!r}" for i, n in (value or ())) + "]"
     return str(value)
+
+
+def _counted(fam: Family) -> bool:
+    """Whether ``fam``'s departed members counted anything (then it stays served)."""
+    return any(any(row.values()) for row in fam.totals.values())
+
+
+def _disagrees(fam: Family, mf: MmvFile) -> bool:
+    """Whether a departed file's counters disagree with the family's metrics (item,
+    type, semantics, units, instances), as :func:`_disagreement` judges a served one."""
+    for metric in mf.metrics:
+        known = fam.defs.get(metric.name)
+        if known is not None and not metric.spill and _parsed_definition(mf, metric) != known[0]:
+            return True
+    return False
+
+
+def _parsed_definition(mf: MmvFile, metric: Metric) -> Definition:
+    """A file's metric as :func:`_definition` gives a served one (ELAPSED: a counter)."""
+    indom = mf.indoms.get(metric.indom) if metric.indom is not None else None
+    insts = tuple((i.internal, i.external) for i in indom.instances) if indom else None
+    if metric.type == layout.TYPE_ELAPSED:
+        return (metric.item, metric.type, PM_SEM_COUNTER, pmunits.UNITS_ELAPSED, insts)
+    sem = metric.semantics or PM_SEM_COUNTER
+    return (metric.item, metric.type, sem, metric.dimension, insts)
 
 
 def _final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Counts:

@@ -156,7 +156,7 @@ class Registry:
         kept = {spill_key(n): ci for n, ci in (spills or {}).items()}
         new = Record(cluster, asked, noprefix, dict(indoms), note, kept)
         if old is not None:
-            new.totals = old.totals  # a family's departed counts stay (credit() changes them)
+            new.totals, new.credited = old.totals, old.credited  # a family's departed counts
             self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
         self._put(key, new, old != new, present=True)
         self._link(key, new)
@@ -164,12 +164,19 @@ class Registry:
             self.dirty = True  # back with its own numbers costs no save)
         self._trim(key[1])
 
-    def credit(self, key: Key, totals: dict[str, dict[int, float]]) -> None:
-        """``key`` (a family's) has departed members' counts ``totals`` now: saved with
-        the next save, so that an agent restart does not lose them."""
+    def credit(
+        self,
+        key: Key,
+        totals: dict[str, dict[int, float]],
+        credited: list[tuple[str, int, int]] | None = None,
+    ) -> None:
+        """``key`` (a family's) has departed members' counts ``totals`` now, of the
+        members ``credited``: saved with the next save, so that an agent restart does not
+        lose them."""
         record = self.records.get(key)
         if record is not None:
             record.totals = totals
+            record.credited = list(credited or ())
             self._put(key, record, True, present=key in self.present)
             self.dirty = True
 

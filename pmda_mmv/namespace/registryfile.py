@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -63,6 +64,8 @@ class Record:
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
     totals: dict[str, dict[int, float]] = field(default_factory=dict)  # a family's departed
     # members' counts, {metric name: {instance id: count}} (docs/families.md)
+    credited: list[tuple[str, int, int]] = field(default_factory=list)  # a family's members
+    # (file name, generation) whose counts are in ``totals``
     body: str = field(default="", compare=False, repr=False)  # its record_body, as read
 
     def all_clusters(self) -> set[int]:
@@ -196,6 +199,7 @@ def parse_record(item: Any, version: int = VERSION) -> tuple[Key, Record]:
         },
     )
     record.totals = _totals(name, item.get("totals", {}))
+    record.credited = _credited(name, item.get("credited", []))
     return parse_key(item, version, record.noprefix), record
 
 
@@ -239,8 +243,18 @@ def _totals(name: str, doc: Any) -> dict[str, dict[int, float]]:
         for inst, value in t.items():
             if type(value) not in (int, float):
                 raise ValueError(f"{name}: totals of {metric}: {value!r} is not a number")
-            row[_int(int(inst), -(1 << 31), (1 << 32) - 1)] = value
+            if math.isfinite(value):  # an older agent's Infinity or NaN: not a count
+                row[_int(int(inst), -(1 << 31), (1 << 32) - 1)] = value
     return out
+
+
+def _credited(name: str, doc: Any) -> list[tuple[str, int, int]]:
+    """A family's ledger as read: ``[[file name, g1, g2], ...]``."""
+    if not isinstance(doc, list) or not all(
+        isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) for e in doc
+    ):
+        raise ValueError(f"{name}: credited is not a list of [name, g1, g2]")
+    return [(e[0], _int(e[1], 0, (1 << 64) - 1), _int(e[2], 0, (1 << 64) - 1)) for e in doc]
 
 
 def record_body(key: Key, r: Record) -> str:
@@ -256,10 +270,11 @@ def record_body(key: Key, r: Record) -> str:
         "indoms": {str(s): p for s, p in sorted(r.indoms.items())},
         **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
         **({"totals": _totals_doc(r.totals)} if r.totals else {}),
+        **({"credited": [list(e) for e in r.credited]} if r.credited else {}),
     }
     if r.note:
         doc["note"] = r.note
-    return json.dumps(doc)
+    return json.dumps(doc, allow_nan=False)
 
 
 def record_line(body: str, present: bool) -> str:

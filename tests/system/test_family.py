@@ -248,12 +248,6 @@ def test_a_strangers_file_named_as_the_family_does_not_take_its_names(
     assert "family websrv: mmv.websrv" not in log, log  # the family serves every metric
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/families.md Limits): a worker that starts and exits between "
-    "two requests to the agent is never seen; libpcp_mmv unlinks its file when the next "
-    "worker of the slot starts, so its counts are lost (measured: 2,633 of 3,493 counted)",
-)
 def test_workers_recycled_between_fetches_are_counted_in_full(
     private_pmcd: Callable[..., PrivatePmcd],
     private_mmv_dir: Path,

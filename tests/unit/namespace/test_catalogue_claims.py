@@ -89,8 +89,8 @@ def test_indom_claims_free_a_number_with_its_last_source(
 
 def test_a_family_releases_all_it_claimed_when_its_last_member_leaves(tmp_path: Path) -> None:
     w = World(tmp_path, "websrv=websrv_*")
-    w.add("websrv_a", member((4, 8)))
-    w.add("websrv_b", member((1, 2)))
+    w.add("websrv_a", member((0, 0)))  # counted nothing: a family that counted stays served
+    w.add("websrv_b", member((0, 0)))
     fam = w.families.families[0]
     pmid = w.cat.leaf_pmid["mmv.websrv.requests"]
     assert pmid[0] == fam.cluster and [s.file for s in w.cat.sources[pmid]] == ["websrv"]
