@@ -310,9 +310,10 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """A served file changed underneath a fetch: reloaded now within the request's
         budget, else by the next requests (no values from it in this fetch)."""
         self.file_log.info(printable(f"{error}; reloading"))  # benign: a writer rewrote it
-        changes = self.scanner.reload(entry.name)
-        if changes is not None:
-            self.apply(changes)
+        with self.families.lock:  # a member unserved: departures.py credits meanwhile
+            changes = self.scanner.reload(entry.name)
+            if changes is not None:
+                self.apply(changes)
 
     # -- store
 

@@ -27,17 +27,18 @@ from typing import Final
 
 from pmda_mmv.directory.filestate import ALL
 from pmda_mmv.directory.liveness import NoWriter, Searching, Writer, Writers
-from pmda_mmv.mmvfile.errors import MmvError, NotReady
+from pmda_mmv.mmvfile.errors import MmvError
 from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.registry import Registry
 
 RETRY: Final = 0.02
-"""Seconds between looks at a matching file not ready yet (its generation not written)."""
+"""Seconds between looks at a matching file that is not ready or is refused: a writer
+fills its file after creating it (the TOC, then the generation)."""
 PATIENCE: Final = 2.0
-"""Seconds a matching file may stay not ready before this thread stops looking (the agent's
-own scanner still serves it when it becomes ready)."""
+"""Seconds a matching file is looked at again so before this thread gives up on it (the
+agent's own scanner still serves it when it becomes ready)."""
 
 
 @dataclass
@@ -122,8 +123,8 @@ class Departures:
             if ALL in names:
                 names = (names - {ALL}) | set(self._matching()) | set(self.held)
             now = time.monotonic()
-            names |= {n for n, until in self._retry.items() if until >= now}
-            self._retry = {n: u for n, u in self._retry.items() if u >= now and n not in names}
+            self._retry = {n: u for n, u in self._retry.items() if u >= now}
+            names |= set(self._retry)
             for name in sorted(names):
                 try:
                     self._look(name)
@@ -159,12 +160,13 @@ class Departures:
     def _open(self, name: str) -> MmvFile | None:
         path = os.path.join(self.directory, name)
         try:
-            return MmvFile.open(path, name=name)
-        except NotReady:
-            self._retry.setdefault(name, time.monotonic() + PATIENCE)
-        except (MmvError, OSError):
-            pass
-        return None
+            mf = MmvFile.open(path, name=name)
+        except (MmvError, OSError):  # not ready, or refused while its writer writes it
+            if os.path.lexists(path):
+                self._retry.setdefault(name, time.monotonic() + PATIENCE)
+            return None
+        self._retry.pop(name, None)
+        return mf
 
     def _release(self, name: str) -> None:
         held = self.held.pop(name)

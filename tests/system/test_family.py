@@ -4,6 +4,7 @@ workers are killed and restarted, served as one tree ``mmv.websrv.*``."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -274,6 +275,57 @@ def test_workers_recycled_between_fetches_are_counted_in_full(
             break
         time.sleep(1)
     assert {k: got[k] for k in counted} == counted, (counted, seen, served, pmcd.agent_log())
+
+
+def test_a_pool_of_short_lived_workers_and_agent_kills_lose_no_count(
+    private_pmcd: Callable[..., PrivatePmcd],
+    private_mmv_dir: Path,
+    private_dir: Path,
+    servers: Callable[..., Server],
+) -> None:
+    """A pool of libpcp_mmv workers living 30-150 ms each, half stopped cleanly (their
+    files unlinked), half killed (their files left), their slots reused; a client asking
+    for the total once a second; the agent killed (SIGKILL) and restarted by pmcd three
+    times half a second after the pool's last workers ended: the family's total is what
+    every worker counted, exactly, and never falls back."""
+    pmcd = private_pmcd(our_agent(private_mmv_dir, "--family", "websrv=websrv_w*"))
+    pmcd.run("pmprobe", "mmv.control.files")  # the agent started: it sees every worker
+    server = servers(private_mmv_dir, private_dir / "reports", "--rate", "500", "--jobs", "15:75")
+    samples: list[dict[str | None, int]] = []
+    reports = private_dir / "reports"
+
+    def sample() -> None:
+        got = family_values(pmcd, "mmv.websrv.requests")
+        got["hits"] = family_values(pmcd, "mmv.websrv.hits")[None]
+        samples.append(got)
+
+    for _ in range(3):
+        for _ in range(4):
+            sample()
+            time.sleep(1)
+        server.proc.send_signal(signal.SIGUSR2)  # the pool held: its last workers end
+        deadline = time.monotonic() + 10
+        while server.workers():
+            assert time.monotonic() < deadline, "the pool's workers did not end"
+            time.sleep(0.01)
+        time.sleep(0.5)  # no request meanwhile
+        pmcd.restart_agent()
+        pmcd.wait_agents()
+        server.proc.send_signal(signal.SIGUSR2)  # resumed: the family served with a member
+        sample()
+    server.proc.send_signal(signal.SIGUSR2)
+    deadline = time.monotonic() + 10
+    while server.workers():
+        assert time.monotonic() < deadline, "the pool's workers did not end"
+        time.sleep(0.01)
+    time.sleep(0.5)
+    sample()
+    counted = server.counted()
+    workers = len(list(reports.glob("*.json")))
+    assert workers > 100, workers
+    for before, after in itertools.pairwise(samples):
+        assert all(after[k] >= before[k] for k in counted), (before, after, samples)
+    assert {k: samples[-1][k] for k in counted} == counted, (workers, samples, pmcd.agent_log())
 
 
 # -- docs/multiprocess.md's family example, every command as the doc shows it ---------------

@@ -13,6 +13,12 @@ SIGTERM: the worker stops counting, writes what it counted to ``--reports``/<pid
 exits at once, leaving its file behind (as a killed worker does; a new worker of the slot
 replaces it).  SIGUSR1: the same report, then the worker stays, frozen.  So the test
 knows exactly what every worker counted.
+
+``--jobs LO:HI``, a pool of short-lived workers: each counts a random number of requests
+between LO and HI, reports, then ends stopped cleanly (``stop()``: libpcp_mmv unlinks its
+PROCESS file) or killed (SIGKILL of itself: its file stays), by its PID's parity.
+SIGUSR2 to the master holds the pool (no new worker: the test waits for the last to end),
+and again resumes it.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ def worker(args: argparse.Namespace, slot: int, master: int) -> None:
     writer.set(writer.lookup_mapping("busy", None), slot + 1)
     writer.set(writer.lookup_mapping("slot", None), slot)
     served = 0
+    if args.jobs:
+        return short_lived(args, slot, writer, (get, post, hits))
     while not (STOP["term"] or STOP["freeze"]) and os.getppid() == master:
         time.sleep(1.0 / args.rate)
         if STOP["term"] or STOP["freeze"]:
@@ -88,6 +96,25 @@ def worker(args: argparse.Namespace, slot: int, master: int) -> None:
     while STOP["freeze"] and not STOP["term"] and os.getppid() == master:
         time.sleep(0.2)
     os._exit(0)  # no writer.stop(): the file stays behind, as a killed worker's
+
+
+def short_lived(args: argparse.Namespace, slot: int, writer: Any, counters: Any) -> None:
+    """A pool worker (``--jobs``): counts, reports, then stops cleanly or is killed."""
+    import random
+
+    get, post, hits = counters
+    low, high = (int(n) for n in args.jobs.split(":"))
+    jobs = random.randint(low, high)
+    for _ in range(jobs):
+        time.sleep(1.0 / args.rate)
+        writer.inc(get)
+        writer.add(post, 2)
+        writer.inc(hits)
+    report(args, slot, jobs)
+    if os.getpid() % 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # its file stays behind
+    writer.stop()  # libpcp_mmv unlinks a PROCESS file
+    os._exit(0)
 
 
 def spawn(args: argparse.Namespace, slot: int) -> int:
@@ -109,15 +136,26 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--tmp-dir", required=True)
     p.add_argument("--reports", required=True)
+    p.add_argument("--jobs", default="", help="LO:HI: a pool of short-lived workers")
     args = p.parse_args()
     os.environ["PCP_TMP_DIR"] = args.tmp_dir
+    hold = {"on": False}
+    signal.signal(signal.SIGUSR2, lambda *_: hold.update(on=not hold["on"]))
     children = {spawn(args, slot): slot for slot in range(args.workers)}
+    idle: list[int] = []  # slots whose worker ended while the pool was held
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # the test kills the group
     while True:
-        pid, _ = os.wait()
+        pid = 0
+        if children:
+            pid, _ = os.waitpid(-1, os.WNOHANG if idle else 0)
         slot = children.pop(pid, None)
         if slot is not None:
+            idle.append(slot)
+        while idle and not hold["on"]:
+            slot = idle.pop()
             children[spawn(args, slot)] = slot
+        if not pid:
+            time.sleep(0.01)
 
 
 if __name__ == "__main__":
