@@ -5,6 +5,7 @@ serves it, from files of the test-only byte builder."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL
+from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.familyspec import FamilySpec, parse_family
 from pmda_mmv.namespace.registry import Registry
 from tests.support.family import COUNT, World, member
@@ -230,3 +232,58 @@ def test_a_file_left_out_of_a_family_is_logged_escaped(tmp_path: Path) -> None:
     [line] = [x for x in w.log if "not in family" in x]
     assert "\x1b" not in line
     assert f"{tmp_path}/websrv_\\x1b[2J: not in family websrv: metric busy" in line
+
+
+def test_a_departed_members_value_that_is_not_finite_is_not_credited(tmp_path: Path) -> None:
+    """A double counter at +inf: saved as ``Infinity`` (not JSON), it kept the family's
+    total at inf for ever, also across restarts."""
+    path = str(tmp_path / "identity.json")
+    registry = Registry(path)
+    w = World(tmp_path, "websrv=websrv_*", registry)
+    b = member((4, 8))
+    b.metrics.append(Metric("seconds", 3, layout.TYPE_DOUBLE, layout.SEM_COUNTER, COUNT))
+    b.values.append(Value("seconds", None, float("inf")))
+    w.add("websrv_a", b)
+    w.remove("websrv_a")
+    assert w.fetch("requests") == {0: 4, 1: 8}
+    assert "seconds" not in w.families.families[0].totals
+    assert [line for line in w.log if "seconds: a value that is not finite" in line], w.log
+    assert registry.save()
+    json.loads(Path(path).read_text(), parse_constant=lambda c: pytest.fail(c))
+
+
+def test_a_summed_u64_counter_past_its_range_wraps_as_a_counter(tmp_path: Path) -> None:
+    """Two members near 2^63: the sum is served modulo 2^64, a counter wrap that PCP's rate
+    conversion counts as one (docs/families.md)."""
+    w = World(tmp_path, "websrv=websrv_*")
+    w.add("websrv_a", member((1 << 63, 1)))
+    w.add("websrv_b", member(((1 << 63) + 10, 2), generation=0x5F5E1000000002))
+    assert w.fetch("requests") == {0: 10, 1: 3}
+
+
+def test_a_member_credited_as_it_departed_is_counted_once_also_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The departures thread credits a member from its last values before the agent's
+    thread unserves it: the live value is no longer added, its leave adds nothing, and a
+    restarted agent's look at the file left behind credits nothing again."""
+    path = str(tmp_path / "identity.json")
+    registry = Registry(path)
+    w = World(tmp_path, "websrv=websrv_*", registry)
+    w.add("websrv_a", member((4, 8)))
+    w.add("websrv_b", member((1, 1), generation=0x5F5E1000000002))
+    held = MmvFile.open(str(tmp_path / "websrv_a"))
+    with w.families.lock:
+        assert w.families.credit_departed(held, held.last_snapshot())
+        assert not w.families.credit_departed(held, held.last_snapshot())  # once
+    assert w.fetch("requests") == {0: 5, 1: 9}  # not 4 more for the live one
+    w.remove("websrv_a")
+    assert w.fetch("requests") == {0: 5, 1: 9}
+    assert registry.save()
+    again = Registry(path)
+    again.load()
+    w2 = World(tmp_path, "websrv=websrv_*", again)
+    assert not w2.families.credit_departed(held, held.last_snapshot())
+    w2.add("websrv_c", member((2, 2), generation=0x5F5E1000000003))
+    assert w2.fetch("requests") == {0: 6, 1: 10}
+    held.close()
