@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from pmda_mmv.mmvfile import layout
-from pmda_mmv.namespace.family import Family
+from pmda_mmv.namespace.familyrules import Family
 from pmda_mmv.namespace.served import ServedMetric
 
 Built = tuple[dict[int, Any] | list[Any], dict[int, Any]]

@@ -31,18 +31,26 @@ import fnmatch
 import math
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from pmda_mmv.mmvfile import layout, pmunits
+from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import Snapshot
-from pmda_mmv.mmvfile.parsed import Metric
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL, PM_SEM_COUNTER, Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.familyrules import (
+    Counts,
+    Family,
+    counted,
+    definition,
+    disagreement,
+    disagrees,
+    final_counts,
+    parsed_definition,
+)
 from pmda_mmv.namespace.familyspec import FamilySpec
-from pmda_mmv.namespace.registryfile import FAMILY, Key
+from pmda_mmv.namespace.registryfile import FAMILY
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
@@ -53,54 +61,6 @@ file (name and generation) is served again (a reload, not a restart)."""
 LEDGER: Final = 4096
 """Departed members (name and generation) whose counts a family remembers having
 credited, kept with its counts: a file left behind is not credited again."""
-
-Counts = dict[str, dict[int, float]]
-Values = dict[int, Any] | list[Any]
-
-
-Definition = tuple[int, int, int, int, tuple[tuple[int, str], ...] | None]
-"""A metric as members must agree on it: item, type, semantics, units, instances."""
-
-
-@dataclass(eq=False)
-class Family:
-    """One family's state: members, the members left out (file name -> why), the served
-    metrics (by the members' metric name) and indoms (by file serial), departed counts."""
-
-    spec: FamilySpec
-    owner: int | None
-    cluster: int = 0  # 0: not served (no member)
-    members: dict[str, FileEntry] = field(default_factory=dict)
-    left_out: dict[str, str] = field(default_factory=dict)
-    defs: dict[str, tuple[Definition, str]] = field(default_factory=dict)  # and whose
-    items: dict[int, str] = field(default_factory=dict)
-    metrics: dict[str, ServedMetric] = field(default_factory=dict)
-    indoms: dict[int, ServedIndom] = field(default_factory=dict)
-    holders: dict[str, dict[str, ServedMetric]] = field(default_factory=dict)
-    totals: Counts = field(default_factory=dict)
-    seen: dict[str, dict[str, Values]] = field(default_factory=dict)  # last fetched counts
-    recent: dict[tuple[str, int, int], Counts] = field(default_factory=dict)
-    credited: dict[tuple[str, int, int], None] = field(default_factory=dict)  # the ledger
-    problems: list[str] = field(default_factory=list)
-
-    lock: Any = None  # Families.lock
-
-    @property
-    def key(self) -> Key:
-        return (self.spec.name, -1 if self.owner is None else self.owner, FAMILY)
-
-    def saw(self, file: str, metric: str, values: Values) -> None:
-        """A fetch read member ``file``'s counter ``metric`` as ``values``: what it had
-        counted, should its file be gone when it leaves."""
-        self.seen.setdefault(file, {})[metric] = values
-
-    def mode(self, sm: ServedMetric) -> str:
-        """How ``sm`` (a family metric) is aggregated."""
-        if sm.metric.type == layout.TYPE_STRING:  # a string counter too: nothing to add
-            return "mostrecent"
-        if sm.semantics == PM_SEM_COUNTER:
-            return "sum"
-        return self.spec.mode_of(sm.metric.name)
 
 
 class Families:
@@ -174,7 +134,7 @@ class Families:
             return self._leave_out(
                 fam, entry, f"owned by uid {uid}: the family takes only uid {fam.owner}'s files"
             )
-        why = _disagreement(fam, entry)
+        why = disagreement(fam, entry)
         if why is None and not fam.cluster and not self._serve(fam):
             why = "no free cluster for the family"
         if why is not None:
@@ -183,7 +143,7 @@ class Families:
         for sm in entry.metrics:
             if sm.metric.spill:
                 continue
-            defn = _definition(sm)
+            defn = definition(sm)
             fam.defs.setdefault(sm.metric.name, (defn, entry.name))
             fam.items.setdefault(defn[0], sm.metric.name)
             if sm.metric.name not in fam.metrics:
@@ -212,13 +172,13 @@ class Families:
         h = entry.mf.header
         key = (entry.name, h.g1, h.g2)
         if key not in fam.credited:  # else credited as it departed (departures.py)
-            counts = self._finite(fam, entry.mf.path, _final_counts(fam, entry, seen))
+            counts = self._finite(fam, entry.mf.path, final_counts(fam, entry, seen))
             self._add(fam, key, counts)
             fam.recent[key] = counts
             if len(fam.recent) > RECENT:
                 del fam.recent[next(iter(fam.recent))]
         waiting = any(not why.startswith("owned by") for why in fam.left_out.values())
-        if not fam.members and (waiting or not _counted(fam)):  # else served: its counts
+        if not fam.members and (waiting or not counted(fam)):  # else served: its counts
             self._unserve(fam)
             self._rejudge(fam)
 
@@ -258,14 +218,14 @@ class Families:
             return False
         if fam.owner is None:
             fam.owner = mf.uid
-        if mf.uid != fam.owner or _disagrees(fam, mf):
+        if mf.uid != fam.owner or disagrees(fam, mf):
             return False
         member = fam.members.get(mf.name)
         if member is not None and (member.mf.header.g1, member.mf.header.g2) == key[1:]:
             fam.seen.pop(mf.name, None)  # still served: not credited at its leave()
         counts: Counts = {}
         for metric in mf.metrics:
-            defn = _parsed_definition(mf, metric)
+            defn = parsed_definition(mf, metric)
             if defn[2] != PM_SEM_COUNTER or metric.type == layout.TYPE_STRING:
                 continue
             if metric.spill or (fam.defs and metric.name not in fam.defs):
@@ -380,91 +340,3 @@ class Families:
         fam.cluster = 0
         for table in (fam.defs, fam.items, fam.metrics, fam.indoms, fam.holders):
             table.clear()
-
-
-def _definition(sm: ServedMetric) -> Definition:
-    insts = None
-    if sm.indom is not None:
-        insts = tuple((i.internal, i.external) for i in sm.indom.indom.instances)
-    return (sm.metric.item, sm.metric.type, sm.semantics, sm.units, insts)
-
-
-FIELDS: Final = ("item", "type", "semantics", "units", "instances")
-
-
-def _disagreement(fam: Family, entry: FileEntry) -> str | None:
-    """Why ``entry`` does not agree with ``fam``'s members, or None."""
-    for sm in entry.metrics:
-        if sm.metric.spill:
-            continue
-        name, mine = sm.metric.name, _definition(sm)
-        known = fam.defs.get(name)
-        if known is not None and known[0] != mine:
-            theirs, whose = known
-            at = next(i for i in range(len(FIELDS)) if mine[i] != theirs[i])
-            return (
-                f"metric {name}: {FIELDS[at]} {_show(at, mine[at])}, the family's "
-                f"is {_show(at, theirs[at])} (as {whose})"
-            )
-        other = fam.items.get(mine[0])
-        if other is not None and other != name:
-            return f"metric {name}: item {mine[0]} is the family's {other}"
-    return None
-
-
-def _show(at: int, value: Any) -> str:
-    if FIELDS[at] == "type":
-        return layout.TYPE_NAMES.get(value, str(value))
-    if FIELDS[at] == "units":
-        return f"{pmunits.format_units(value)!r}"
-    if FIELDS[at] == "instances":
-        return "[" + ", ".join(f"{i} {n!r}" for i, n in (value or ())) + "]"
-    return str(value)
-
-
-def _counted(fam: Family) -> bool:
-    """Whether ``fam``'s departed members counted anything (then it stays served)."""
-    return any(any(row.values()) for row in fam.totals.values())
-
-
-def _disagrees(fam: Family, mf: MmvFile) -> bool:
-    """Whether a departed file's counters disagree with the family's metrics (item,
-    type, semantics, units, instances), as :func:`_disagreement` judges a served one."""
-    for metric in mf.metrics:
-        known = fam.defs.get(metric.name)
-        if known is not None and not metric.spill and _parsed_definition(mf, metric) != known[0]:
-            return True
-    return False
-
-
-def _parsed_definition(mf: MmvFile, metric: Metric) -> Definition:
-    """A file's metric as :func:`_definition` gives a served one (ELAPSED: a counter)."""
-    indom = mf.indoms.get(metric.indom) if metric.indom is not None else None
-    insts = tuple((i.internal, i.external) for i in indom.instances) if indom else None
-    if metric.type == layout.TYPE_ELAPSED:
-        return (metric.item, metric.type, PM_SEM_COUNTER, pmunits.UNITS_ELAPSED, insts)
-    sem = metric.semantics or PM_SEM_COUNTER
-    return (metric.item, metric.type, sem, metric.dimension, insts)
-
-
-def _final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Counts:
-    """What a departing member had counted: its file's last values (through the descriptor
-    still open, even after the file was unlinked, while its generation is the one loaded),
-    else the values the last fetch saw."""
-    snap = entry.mf.last_snapshot()
-    counts: Counts = {}
-    for sm in entry.metrics:
-        if sm.semantics != PM_SEM_COUNTER or sm.metric.name not in fam.metrics:
-            continue
-        keys = sm.indom.keys if sm.indom else [PM_IN_NULL]
-        if snap is not None:
-            pairs: Iterable[tuple[int, Any]] = zip(
-                keys, entry.mf.column(snap, sm.metric), strict=False
-            )
-        else:
-            old = seen.get(sm.metric.name, {})
-            pairs = old.items() if isinstance(old, dict) else enumerate(old)
-        row = {k: v for k, v in pairs if type(v) in (int, float)}
-        if row:
-            counts[sm.metric.name] = row
-    return counts

@@ -36,6 +36,7 @@ from pmda_mmv.namespace import registryjournal
 from pmda_mmv.namespace.registryfile import (
     MAX_BYTES,
     Key,
+    Ledger,
     Record,
     add_holder,
     describe,
@@ -164,19 +165,11 @@ class Registry:
             self.dirty = True  # back with its own numbers costs no save)
         self._trim(key[1])
 
-    def credit(
-        self,
-        key: Key,
-        totals: dict[str, dict[int, float]],
-        credited: list[tuple[str, int, int]] | None = None,
-    ) -> None:
-        """``key`` (a family's) has departed members' counts ``totals`` now, of the
-        members ``credited``: saved with the next save, so that an agent restart does not
-        lose them."""
+    def credit(self, key: Key, totals: dict[str, dict[int, float]], credited: Ledger) -> None:
+        """A family's departed members' counts and ledger: saved with the next save."""
         record = self.records.get(key)
         if record is not None:
-            record.totals = totals
-            record.credited = list(credited or ())
+            record.totals, record.credited = totals, list(credited)
             self._put(key, record, True, present=key in self.present)
             self.dirty = True
 

@@ -52,6 +52,12 @@ def spill_key(name: str) -> str:
     return "#" + hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+Totals = dict[str, dict[int, float]]
+"""A family's departed members' counts: {metric name: {instance id: count}}."""
+Ledger = list[tuple[str, int, int]]
+"""The family's departed members (file name, generation) whose counts are in its totals."""
+
+
 @dataclass(slots=True)
 class Record:
     """What the registry keeps for one key."""
@@ -62,10 +68,8 @@ class Record:
     indoms: dict[int, int] = field(default_factory=dict)
     note: str = ""  # why it is not where it asked, as said when it was numbered
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
-    totals: dict[str, dict[int, float]] = field(default_factory=dict)  # a family's departed
-    # members' counts, {metric name: {instance id: count}} (docs/families.md)
-    credited: list[tuple[str, int, int]] = field(default_factory=list)  # a family's members
-    # (file name, generation) whose counts are in ``totals``
+    totals: Totals = field(default_factory=dict)  # a family's (docs/families.md)
+    credited: Ledger = field(default_factory=list)
     body: str = field(default="", compare=False, repr=False)  # its record_body, as read
 
     def all_clusters(self) -> set[int]:

@@ -68,6 +68,15 @@ class Server:
             assert time.monotonic() < deadline, "the workers did not report"
             time.sleep(0.05)
 
+    def hold(self) -> None:
+        """Hold the pool (``--jobs``): wait for its last workers to end, then half a second."""
+        self.proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while self.workers():
+            assert time.monotonic() < deadline, "the pool's workers did not end"
+            time.sleep(0.01)
+        time.sleep(0.5)
+
     def counted(self) -> dict[str, int]:
         """What every worker ever started has reported, summed."""
         total = {"get": 0, "post": 0, "hits": 0}
@@ -303,22 +312,12 @@ def test_a_pool_of_short_lived_workers_and_agent_kills_lose_no_count(
         for _ in range(4):
             sample()
             time.sleep(1)
-        server.proc.send_signal(signal.SIGUSR2)  # the pool held: its last workers end
-        deadline = time.monotonic() + 10
-        while server.workers():
-            assert time.monotonic() < deadline, "the pool's workers did not end"
-            time.sleep(0.01)
-        time.sleep(0.5)  # no request meanwhile
+        server.hold()  # the pool's last workers end, then no request for half a second
         pmcd.restart_agent()
         pmcd.wait_agents()
         server.proc.send_signal(signal.SIGUSR2)  # resumed: the family served with a member
         sample()
-    server.proc.send_signal(signal.SIGUSR2)
-    deadline = time.monotonic() + 10
-    while server.workers():
-        assert time.monotonic() < deadline, "the pool's workers did not end"
-        time.sleep(0.01)
-    time.sleep(0.5)
+    server.hold()
     sample()
     counted = server.counted()
     workers = len(list(reports.glob("*.json")))

@@ -23,15 +23,22 @@ def gone_pid() -> int:
     return proc.pid
 
 
-def test_a_file_left_by_a_writer_that_is_gone_is_credited_once_at_start(tmp_path: Path) -> None:
-    """A worker killed while the agent was down left its file: the agent's start credits
-    its counts once; a second restart does not credit them again."""
+def family_world(tmp_path: Path) -> tuple[Path, str, World]:
+    """A directory ``mmv`` with one live member of family websrv, the registry's path
+    (saved) and the family served from it."""
     mmv = tmp_path / "mmv"
     mmv.mkdir()
     path = str(tmp_path / "identity.json")
-    registry = Registry(path)
-    w = World(mmv, "websrv=websrv_*", registry)
+    w = World(mmv, "websrv=websrv_*", Registry(path))
     w.add("websrv_live", member((1, 1)))
+    assert w.registry.save()
+    return mmv, path, w
+
+
+def test_a_file_left_by_a_writer_that_is_gone_is_credited_once_at_start(tmp_path: Path) -> None:
+    """A worker killed while the agent was down left its file: the agent's start credits
+    its counts once; a second restart does not credit them again."""
+    mmv, path, w = family_world(tmp_path)
     dead = member((30, 60), generation=0x5F5E1000000002)
     dead.flags, dead.process = layout.FLAG_PROCESS, gone_pid()
     dead.write(mmv / "websrv_dead")
@@ -48,14 +55,8 @@ def test_a_held_member_unlinked_between_requests_is_credited_and_saved_at_once(
 ) -> None:
     """A member whose file is created and unlinked with no request meanwhile: the
     departures thread holds it from its creation and credits its last values, saved."""
-    mmv = tmp_path / "mmv"
-    mmv.mkdir()
-    path = str(tmp_path / "identity.json")
-    registry = Registry(path)
-    w = World(mmv, "websrv=websrv_*", registry)
-    w.add("websrv_a", member((1, 1)))
-    assert registry.save()
-    departures = Departures(str(mmv), w.families, registry, w.log.append)
+    mmv, path, w = family_world(tmp_path)
+    departures = Departures(str(mmv), w.families, w.registry, w.log.append)
     watcher = Watcher(str(mmv), departures.notice)
     watcher.ensure()
     departures.start()
