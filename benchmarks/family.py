@@ -12,7 +12,13 @@ counters and instants alternately), written with tests/support/mmvbuild.py, serv
   holds ``--departed`` files (default 5,000) of the same family whose writers have exited
   (MMV_FLAG_PROCESS, a reaped pid): never served, never read at a fetch.
 
+* ``--churn SECONDS`` instead: the departures thread's cost (directory/departures.py). An
+  idle agent (no request) while 100 files a second are written and unlinked in its
+  directory, 4 living at a time: its CPU seconds per second when the files match
+  ``--family`` (each opened, held and credited at once) and when they match no family.
+
     .venv/bin/python benchmarks/family.py [--members N] [--metrics M] [--departed D]
+    .venv/bin/python benchmarks/family.py --churn 20
 """
 
 from __future__ import annotations
@@ -143,6 +149,34 @@ def run(members: int, metrics: int, departed: int, rounds: int, work: Path) -> d
     return {k: round(statistics.median(v) * 1000, 3) for k, v in samples.items()}
 
 
+def churn(seconds: float, work: Path, rate: int = 100) -> dict[str, float]:
+    """The agent's CPU seconds per second, idle, while ``rate`` files a second churn."""
+    import psutil
+
+    cpu: dict[str, float] = {}
+    for label, family in (("matching", FAMILY), ("not matching", "bench=other_*")):
+        mmv_dir = make_dir(work / label / "tmp" / "mmv")
+        pmcd = agents.start(work / label / "pmcd", our_agent(mmv_dir, "--family", family))
+        try:
+            pmcd.run("pmprobe", "mmv.control.files")
+            agent = psutil.Process(agents.agent_pid(pmcd))
+            image = member(1, 10).build()
+            before, n = agent.cpu_times(), 0
+            start = time.monotonic()
+            while time.monotonic() - start < seconds:
+                image.write(mmv_dir / f"member_{n:06d}")
+                if n >= 4:
+                    (mmv_dir / f"member_{n - 4:06d}").unlink()
+                n += 1
+                time.sleep(max(0.0, start + n / rate - time.monotonic()))
+            after = agent.cpu_times()
+            used = after.user + after.system - before.user - before.system
+            cpu[label] = round(used / (time.monotonic() - start), 4)
+        finally:
+            pmcd.stop()
+    return cpu
+
+
 def check_sum(pmcd: PrivatePmcd, members: int) -> None:
     """The family's m000 (a counter) is the sum of the members' values (i * 1000)."""
     got = pmcd.fetch("mmv.bench.m000")[None]
@@ -157,9 +191,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--departed", type=int, default=5000)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--out", type=Path, default=RESULTS / "family.json")
+    p.add_argument("--churn", type=float, default=0, help="seconds of the churn run only")
     a = p.parse_args(argv)
     work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-family-", dir="/tmp")))
     load = [round(x, 2) for x in os.getloadavg()]
+    if a.churn:
+        try:
+            cpu = churn(a.churn, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps({"churn seconds": a.churn, "load": load, "agent CPU s/s": cpu}))
+        return 0
     try:
         ms = run(a.members, a.metrics, a.departed, a.rounds, work)
     finally:
