@@ -154,7 +154,7 @@ def churn(seconds: float, work: Path, rate: int = 100) -> dict[str, float]:
     import psutil
 
     cpu: dict[str, float] = {}
-    for label, family in (("matching", FAMILY), ("not matching", "bench=other_*")):
+    for label, family in (("matching", FAMILY), ("not-matching", "bench=other_*")):
         mmv_dir = make_dir(work / label / "tmp" / "mmv")
         pmcd = agents.start(work / label / "pmcd", our_agent(mmv_dir, "--family", family))
         try:
