@@ -47,10 +47,9 @@ class FamilyTable:
 
     def _build(self) -> Built | None:
         fam, name = self.family, self.name
-        files, credited = fam.members, fam.credited
-        holders = [
-            sm for sm in fam.holders.get(name, {}).values() if not _departed(files, credited, sm)
-        ]
+        holders = list(fam.holders.get(name, {}).values())
+        if fam.gone:  # credited as they departed, before this thread unserved them
+            holders = [sm for sm in holders if sm.file not in fam.gone]
         if self.mode == "mostrecent":  # the most recently started last: its values win
             files = fam.members
             holders.sort(key=lambda sm: (files[sm.file].mf.header.g1, sm.file))
@@ -73,13 +72,6 @@ class FamilyTable:
         if self.wrap:  # a counter wrap, as a writer's own u64 wraps (PCP's rates take it)
             acc = {k: v % WRAP if type(v) is int else v for k, v in acc.items()}
         return acc, {}
-
-
-def _departed(files: dict[str, Any], credited: dict[Any, None], sm: ServedMetric) -> bool:
-    """Whether member ``sm.file`` is in its family's ledger: credited as it departed (its
-    counts are in the totals) before this agent's thread unserved it."""
-    h = files[sm.file].mf.header
-    return (sm.file, h.g1, h.g2) in credited
 
 
 def _fold(acc: dict[int, Any], pairs: Any, mode: str) -> None:

@@ -166,6 +166,7 @@ class Families:
         if fam.members.get(entry.name) is not entry:
             return
         del fam.members[entry.name]
+        fam.gone.discard(entry.name)
         for holders in fam.holders.values():
             holders.pop(entry.name, None)
         seen = fam.seen.pop(entry.name, {})
@@ -222,7 +223,8 @@ class Families:
             return False
         member = fam.members.get(mf.name)
         if member is not None and (member.mf.header.g1, member.mf.header.g2) == key[1:]:
-            fam.seen.pop(mf.name, None)  # still served: not credited at its leave()
+            fam.seen.pop(mf.name, None)  # still served: no longer added as live
+            fam.gone.add(mf.name)
         counts: Counts = {}
         for metric in mf.metrics:
             defn = parsed_definition(mf, metric)

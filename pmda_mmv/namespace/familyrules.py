@@ -43,6 +43,7 @@ class Family:
     seen: dict[str, dict[str, Values]] = field(default_factory=dict)  # last fetched counts
     recent: dict[tuple[str, int, int], Counts] = field(default_factory=dict)
     credited: dict[tuple[str, int, int], None] = field(default_factory=dict)  # the ledger
+    gone: set[str] = field(default_factory=set)  # members credited, not yet unserved
     problems: list[str] = field(default_factory=list)
 
     lock: Any = None  # Families.lock
