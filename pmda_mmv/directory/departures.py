@@ -179,8 +179,8 @@ class Departures:
         snap = mf.last_snapshot()
         with self.families.lock:
             if self.families.credit_departed(mf, snap):
-                self.credits += 1
                 self.registry.save()
+                self.credits += 1
 
 
 def _same(a: MmvFile, b: MmvFile) -> bool:
