@@ -195,14 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     work = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-family-", dir="/tmp")))
     load = [round(x, 2) for x in os.getloadavg()]
-    if a.churn:
-        try:
-            cpu = churn(a.churn, work)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        print(json.dumps({"churn seconds": a.churn, "load": load, "agent CPU s/s": cpu}))
-        return 0
     try:
+        if a.churn:
+            cpu = churn(a.churn, work)
+            print(json.dumps({"churn seconds": a.churn, "load": load, "agent CPU s/s": cpu}))
+            return 0
         ms = run(a.members, a.metrics, a.departed, a.rounds, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
