@@ -84,9 +84,8 @@ class Registry:
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
         self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
-        # cluster, PCP indom serial -> keys holding it (registryfile.Holders)
-        self.clusters: dict[int, Holders] = {}
-        self.serials: dict[int, Holders] = {}
+        self.clusters: dict[int, Holders] = {}  # cluster -> keys holding it, first first
+        self.serials: dict[int, Holders] = {}  # PCP indom serial -> keys holding it
         self.dirty = False
         self.evictions: list[str] = []  # the last evictions, as logged (newest last)
         self.evicted = 0  # keys forgotten so far (cap and pool exhausted)
