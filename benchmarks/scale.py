@@ -137,7 +137,7 @@ def changes(
     for r in range(repeats):
         done = write_file(lib, mmv_dir / f"new{r}", 1000 + r, 1, False)
         name = f"mmv.new{r}.m000"
-        poll(lambda: one_value(client, name))
+        poll(lambda name=name: one_value(client, name))  # type: ignore[misc]
         new.append(time.perf_counter() - done)
         pmids = client.lookup(["mmv.f000.m000"])
         done = write_file(lib, mmv_dir / "f000", 1, pop.metrics, False)
