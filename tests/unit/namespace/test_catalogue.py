@@ -11,10 +11,10 @@ import pytest
 from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.pcpdefs import PM_SEM_COUNTER, PM_TYPE_64
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace import nametree, numbering, served
+from pmda_mmv.namespace import indomnumbers, nametree, served
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.indomnumbers import c_indom
 from pmda_mmv.namespace.indomserial import wanted_indoms
-from pmda_mmv.namespace.numbering import c_indom
 from pmda_mmv.namespace.registry import Registry
 from tests.support import hostile
 from tests.support.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
@@ -195,8 +195,10 @@ def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) ->
     q = cat.add(load(tmp_path, "q", indoms(3, 1)))
     assert p is not None and q is not None
     assert p.indoms[4097].serial == 6145 and q.indoms[1].serial not in (0, 6145)
-    mine = q.indoms[1].serial
-    assert mine == numbering.derived_indom("q", 1, cat.registry.secret)  # not load-order dependent
+    mine = q.indoms[1].serial  # not load-order dependent
+    assert mine == indomnumbers.derived_indom(
+        "q", 1, cat.registry.secret
+    )  # not load-order dependent
     for _ in range(3):  # q's writer restarts, p goes and comes back
         cat.remove("q")
         cat.remove("p")
@@ -212,7 +214,7 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     wanted = wanted_indoms(files)
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
-    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == numbering.derived_indom(
+    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == indomnumbers.derived_indom(
         "p", 4097, cat.registry.secret
     )
 
