@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import agents
+from benchmarks import agents, standalone
 from benchmarks.client import Client
 from benchmarks.writer import Shape, Writer
 from tests.support import mmvbuild
@@ -154,23 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
     p.add_argument("--out", type=Path, default=RESULTS / "notready.json")
     a = p.parse_args(argv)
-    workdir = make_dir(Path(tempfile.mkdtemp(prefix="pmda-mmv-notready-", dir="/tmp")))
-    load = [round(x, 2) for x in os.getloadavg()]
-    try:
-        results = run(a.files, a.seconds, a.candidate, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    doc = {
-        "when": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "command": " ".join(["benchmarks/notready.py", *(sys.argv[1:] if argv is None else argv)]),
-        "files": a.files,
-        "seconds": a.seconds,
-        "load": load,
-        "candidate": str(a.candidate) if a.candidate else None,
-        "agents": results,
-    }
-    make_dir(a.out.parent)
-    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    load = standalone.load()
+    results = standalone.in_workdir(
+        "pmda-mmv-notready-", lambda workdir: run(a.files, a.seconds, a.candidate, workdir)
+    )
+    doc = standalone.document("benchmarks/notready.py", argv, load, a.candidate, files=a.files)
+    doc.update(seconds=a.seconds, agents=results)
+    standalone.write(doc, a.out)
     print(table(doc))
     return 0
 

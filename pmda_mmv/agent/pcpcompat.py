@@ -188,68 +188,125 @@ class PmdaTables:
     would cost as much as everything served.  This keeps each entry's position instead and
     removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
     not position).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
-    as "" (python3-pcp itself serves "" for both)."""
+    as "" (python3-pcp itself serves "" for both).
+
+    Any change makes cpmda rebuild its whole namespace and metric table at the next
+    request (``set_need_refresh``): so a batch of edits is told to cpmda once, by
+    :meth:`commit`, and only when it changed what cpmda copies (names, PMIDs, descriptors,
+    indoms): a file written again with the same metrics costs no rebuild.  Help text is
+    read from the dicts at each request, and needs none."""
 
     def __init__(self, pmda: Any) -> None:
         self.pmda = pmda
         self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
         self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
+        self.removed: dict[int, tuple[str, bytes]] = {}  # since commit: PMID -> (name, desc)
+        self.changed = False  # since commit: a change cpmda must copy
 
-    def add_metric(self, name: str, metric: Any, oneline: str | None, text: str | None) -> None:
-        p, pmid = self.pmda, metric.m_desc.pmid
+    def names(self) -> list[str]:
+        """The metric names served, sorted."""
+        return sorted(self.pmda._metric_names_map)
+
+    def add_metric(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
+        """Serve ``metric`` (from :func:`metric`) as ``name``."""
+        p, pmid = self.pmda, pmid_of(metric)
         if name in p._metric_names_map or pmid in p._metrics:
             raise KeyError(f"metric {name} or its PMID is already served")
+        if self.removed.pop(pmid, None) != (name, metric):
+            self.changed = True
         self.metric_slots[pmid] = len(p._metrictable)
         p._metrictable.append(metric)
         p._metrics[pmid] = metric
         p._metric_names[pmid] = name
         p._metric_names_map[name] = pmid
-        if oneline is not None:
-            p._metric_oneline[pmid] = oneline
-        if text is not None:
-            p._metric_helptext[pmid] = text
-        cpmda.set_need_refresh()
+        _put(p._metric_oneline, pmid, oneline)
+        _put(p._metric_helptext, pmid, text)
 
-    def remove_metric(self, name: str, metric: Any) -> None:
-        p, pmid = self.pmda, metric.m_desc.pmid
-        _take(p._metrictable, self.metric_slots, pmid, lambda m: int(m.m_desc.pmid))
+    def remove_metric(self, name: str) -> None:
+        """Stop serving the metric ``name``."""
+        p = self.pmda
+        pmid = p._metric_names_map.pop(name)
+        old = _take(p._metrictable, self.metric_slots, pmid, pmid_of)
+        if old is not None and pmid not in self.removed:
+            self.removed[pmid] = (name, old)
         for table in (p._metrics, p._metric_names, p._metric_oneline, p._metric_helptext):
             table.pop(pmid, None)
-        p._metric_names_map.pop(name, None)
-        cpmda.set_need_refresh()
+
+    def serve_instances(
+        self, indom: int, insts: list[Any], oneline: str | None, text: str | None
+    ) -> None:
+        """Serve ``indom`` with the pmdaInstids ``insts`` (from :class:`Instids`), in place
+        of the one of that number: when it holds the same pmdaInstids already, only its
+        help text is set (no rebuild)."""
+        current = self.pmda._indoms.get(indom)
+        if current is not None and _same(current.instids, insts):
+            _put(self.pmda._indom_oneline, indom, oneline)
+            _put(self.pmda._indom_helptext, indom, text)
+            return
+        self.put_indom(Instids.indom(insts, indom), oneline, text)
 
     def put_indom(self, indom: Any, oneline: str | None, text: str | None) -> None:
-        """Serve ``indom`` (replacing the one of that number)."""
+        """Serve the ``pmdaIndom`` ``indom`` (replacing the one of that number)."""
         p, key = self.pmda, indom.it_indom
         self.drop_indom(key)
         self.indom_slots[key] = len(p._indomtable)
         p._indomtable.append(indom)
         p._indoms[key] = indom
-        if oneline is not None:
-            p._indom_oneline[key] = oneline
-        if text is not None:
-            p._indom_helptext[key] = text
+        _put(p._indom_oneline, key, oneline)
+        _put(p._indom_helptext, key, text)
+        self.changed = True
 
     def drop_indom(self, indom: int) -> None:
         """Remove an instance domain (python3-pcp has no remove_indom)."""
         p = self.pmda
-        _take(p._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom))
+        if _take(p._indomtable, self.indom_slots, indom, lambda e: int(e.it_indom)) is not None:
+            self.changed = True
         for table in (p._indoms, p._indom_oneline, p._indom_helptext):
             table.pop(indom, None)
+
+    def commit(self) -> bool:
+        """Tell cpmda of the edits since the last commit when they changed what it copies
+        (it rebuilds its namespace and metric table at the next request); True if so."""
+        changed = self.changed or bool(self.removed)
+        self.changed, self.removed = False, {}
+        if changed:
+            cpmda.set_need_refresh()
+        return changed
+
+
+def _same(old: list[Any], new: list[Any]) -> bool:
+    """Whether two lists hold the same objects in the same order."""
+    return len(old) == len(new) and all(a is b for a, b in zip(old, new, strict=True))
+
+
+def _put(table: dict[int, str], key: int, text: str | None) -> None:
+    if text is None:
+        table.pop(key, None)
+    else:
+        table[key] = text
 
 
 _DESC_AT: Final = pmdaMetric.m_desc.offset
 _DESC: Final = struct.Struct("=IiIi4s")  # pmDesc: pmid, type, indom, sem, units
+_METRIC_SIZE: Final = ctypes.sizeof(pmdaMetric)
+_PMID: Final = struct.Struct("=I")
 
 
-def metric(pmid: int, mtype: int, indom: int, sem: int, units: bytes) -> Any:
-    """A ``pmdaMetric`` written in one pack into its zeroed buffer (``units``: the 4 bytes
-    of its pmUnits): python3-pcp's constructor sets each field through a temporary pmDesc
-    and keeps the pmUnits given alive in a dict of the metric's, four objects and about
-    300 bytes a name more."""
-    made = pmdaMetric.__new__(pmdaMetric)  # ctypes zero-fills; m_user stays NULL
+def metric(pmid: int, mtype: int, indom: int, sem: int, units: bytes) -> bytes:
+    """A ``pmdaMetric`` as the bytes of the C structure (``units``: the 4 bytes of its
+    pmUnits; ``m_user`` NULL): cpmda copies each entry of the metric table through the
+    buffer protocol and needs nothing else of it, so one ``bytes`` object of 32 bytes stands
+    for python3-pcp's ``pmdaMetric``, whose constructor sets each field through a temporary
+    pmDesc and keeps the pmUnits given alive in a dict of the metric's (four objects and
+    about 400 bytes a name more)."""
+    made = bytearray(_METRIC_SIZE)
     _DESC.pack_into(made, _DESC_AT, pmid, mtype, indom, sem, units)
-    return made
+    return bytes(made)
+
+
+def pmid_of(metric: bytes) -> int:
+    """The PMID of a metric made by :func:`metric`."""
+    return int(_PMID.unpack_from(metric, _DESC_AT)[0])
 
 
 def instid(internal: int, external: str) -> Any:
@@ -297,7 +354,8 @@ class Instids:
         """Forget every key but ``keys``."""
         self.cache = {k: self.cache[k] for k in keys if k in self.cache}
 
-    def indom(self, indom: int, insts: list[Any]) -> Any:
+    @staticmethod
+    def indom(insts: list[Any], indom: int) -> Any:
         """A ``pmdaIndom`` of the pmdaInstids ``insts`` (from :meth:`get`), their array
         filled in one ctypes copy (python3-pcp's own fills it one field at a time)."""
         served = pmdaIndom(indom, None)
@@ -305,16 +363,17 @@ class Instids:
         served.it_set = array
         served.it_numinst = len(insts)
         served.instids = insts  # the names' bytes stay alive as long as the indom
-        cpmda.set_need_refresh()
         return served
 
 
-def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> None:
-    """Remove ``key``'s element from ``table`` (its index in ``slots``)."""
+def _take(table: list[Any], slots: dict[int, int], key: int, key_of: Callable[[Any], int]) -> Any:
+    """Remove ``key``'s element from ``table`` (its index in ``slots``); returns it, or
+    None when it is not there."""
     at = slots.pop(key, None)
     if at is None:
-        return
+        return None
     last = table.pop()
     if at < len(table):
-        table[at] = last
-        slots[key_of(last)] = at
+        table[at], last = last, table[at]
+        slots[key_of(table[at])] = at
+    return last

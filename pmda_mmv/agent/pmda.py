@@ -19,8 +19,8 @@ from typing import Any
 
 import cpmapi as c_api
 import psutil  # noqa: F401 -- imported as root before set_user: see liveness
-from pcp.pmapi import pmContext, pmUnits
-from pcp.pmda import PMDA, pmdaMetric
+from pcp.pmapi import pmContext
+from pcp.pmda import PMDA
 
 from pmda_mmv.agent import control, pcpcompat, serving
 from pmda_mmv.agent.assembly import RegistryChoice, assemble
@@ -68,13 +68,13 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.watcher = Watcher(directory, self._mark, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
-        self.pmda_metrics: dict[str, pmdaMetric] = {}
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
         self.pcp_tables = pcpcompat.PmdaTables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
         self.status_instids = pcpcompat.Instids()  # by file name
         self.indom_instids: dict[int, pcpcompat.Instids] = {}  # by serial, then internal id
         self._add_control_metrics()
+        self._commit()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
         self.set_fetch(self._guard(self.prefetch, None))
         self.set_refresh(self._guard(self.refresh_cluster, None))
@@ -161,7 +161,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         ``control.files_by_state`` over it."""
         indom, made = self.indom(control.STATES_SERIAL), pcpcompat.Instids()
         insts = [made.get(code, code, state) for code, state in enumerate(STATES)]
-        self.pcp_tables.put_indom(made.indom(indom, insts), *control.STATES_INDOM_HELP)
+        self.pcp_tables.serve_instances(indom, insts, *control.STATES_INDOM_HELP)
         self._add_own(control.FILES_BY_STATE, control.BY_STATE, indom)
 
     def reload_value(self) -> int:
@@ -177,10 +177,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         return len(self.model.served_names)
 
     def _add_own(self, item: int, metric: ControlMetric, indom: int) -> None:
-        none = pmUnits(0, 0, 0, 0, 0, 0)
-        desc = pmdaMetric(
-            self.pmid(CONTROL_CLUSTER, item), metric.type, indom, metric.semantics, none
-        )
+        pmid, none = self.pmid(CONTROL_CLUSTER, item), bytes(4)
+        desc = pcpcompat.metric(pmid, metric.type, indom, metric.semantics, none)
         self._add(f"{self.opts.prefix}.{metric.name}", desc, metric.oneline, metric.helptext)
 
     def _update_status_indom(self) -> None:
@@ -190,18 +188,25 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         insts = made.many(((s.name, s.instance) for s in states.values()), printable)
         if len(made.cache) > 2 * len(states) + 64:
             made.keep(states)
-        indom = made.indom(self.indom(control.STATUS_SERIAL), insts)
-        self.pcp_tables.put_indom(indom, *control.STATUS_INDOM_HELP)
+        indom = self.indom(control.STATUS_SERIAL)
+        self.pcp_tables.serve_instances(indom, insts, *control.STATUS_INDOM_HELP)
 
     # -- metric table helpers (python3-pcp's own tables, indexed: pcpcompat.PmdaTables)
 
-    def _add(self, name: str, metric: pmdaMetric, oneline: str | None, text: str | None) -> None:
+    def _add(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
         self.pcp_tables.add_metric(name, metric, oneline, text)
-        self.pmda_metrics[name] = metric
 
     def _remove(self, name: str) -> None:
-        metric = self.pmda_metrics.pop(name)
-        self.pcp_tables.remove_metric(name, metric)
+        self.pcp_tables.remove_metric(name)
+
+    def _commit(self) -> None:
+        """Tell python3-pcp of the table edits, if any changed what it copies: it then
+        rebuilds its tables (pmdaRehash) when this callback returns, so the PMID hash's
+        count is set right first (pmidhash.py)."""
+        if self.pcp_tables.commit():
+            problem = self.pmid_hash.reset()
+            if problem:
+                self.log_line(problem)
 
     # -- applying scanner changes
 
@@ -229,6 +234,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.apply(taken)
         elif changes.states and self.opts.status_metrics:
             self._update_status_indom()  # pending and refused files show while held
+            self._commit()
         if self.scanner.rescans != rescans:
             if self.reload_stored:  # an explicit reload re-maps everything, as with C
                 self.reload_stored = False
@@ -240,17 +246,14 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def apply(self, changes: Changes) -> None:
         """Serve the catalogue's new state: every PMID and indom the changed files touch is
         registered again from the files that serve it now (several when they share it).
-        Then, however that went, python3-pcp rebuilds its tables (pmdaRehash) when this
-        callback returns: the PMID hash's count is set right first (pmidhash.py)."""
+        Then, however that went, the edits are told to python3-pcp (:meth:`_commit`)."""
         if not changes:
             return
         self.registry.save()  # every new number on disk before pmcd can see it
         try:
             self._apply(changes)
         finally:
-            problem = self.pmid_hash.reset()
-            if problem:
-                self.log_line(problem)
+            self._commit()
 
     def _apply(self, changes: Changes) -> None:
         plan = self.model.apply(changes)
@@ -271,16 +274,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Serve PCP indom ``serial`` again: a pmdaInstid made only for an instance new to
         it (or renamed), however many files share it."""
         indom = self.indom(serial)
-        self.pcp_tables.drop_indom(indom)
         served = self.model.indom(serial)
         if served is None:
+            self.pcp_tables.drop_indom(indom)
             self.indom_instids.pop(serial, None)
             return
         made = self.indom_instids.setdefault(serial, pcpcompat.Instids())
         insts = [made.get(i, i, n) for i, n in served.instances]
         if len(made.cache) > 2 * len(insts) + 64:
             made.keep(i for i, _ in served.instances)
-        self.pcp_tables.put_indom(made.indom(indom, insts), served.oneline, served.helptext)
+        self.pcp_tables.serve_instances(indom, insts, served.oneline, served.helptext)
 
     def _serve_metric(self, cluster: int, item: int) -> None:
         sm = self.model.serve_metric(cluster, item)

@@ -120,7 +120,7 @@ class Serving:
         self.instance_indoms: dict[int, dict[int, ServedIndom]] = {}
         # each file's table builder of a PMID: kept while the file serves it, so that a
         # file more makes one builder, not one per file sharing the PMID
-        self.parts: dict[tuple[str, int], Table] = {}
+        self.parts: dict[str, dict[int, Table]] = {}
         # this fetch's: snapshots per file name, values per cluster and item, and the
         # results that are not values per key
         self.snaps: dict[str, Snapshot] = {}
@@ -161,8 +161,7 @@ class Serving:
             for cluster in entry.clusters:  # its own and its spill clusters
                 gone.setdefault(cluster, set()).add(id(entry))
             self.snaps.pop(entry.name, None)
-            for sm in entry.metrics:
-                self.parts.pop((entry.name, pmid_key(sm.cluster, sm.item)), None)
+            self.parts.pop(entry.name, None)
         for entry in changes.added:  # a name added twice: the last one is served
             for cluster in entry.clusters:
                 new.setdefault(cluster, {}).pop(entry.name, None)
@@ -246,10 +245,10 @@ class Serving:
 
     def _part(self, sm: ServedMetric, k: int) -> Table:
         """The table builder of one file's metric of PMID ``k``, made once per metric."""
-        made = self.parts.get((sm.file, k))
+        parts = self.parts.setdefault(sm.file, {})
+        made = parts.get(k)
         if made is None or getattr(made, "sm", None) is not sm:
-            made = self.file_table(self.catalogue.files[sm.file], sm)
-            self.parts[(sm.file, k)] = made
+            made = parts[k] = self.file_table(self.catalogue.files[sm.file], sm)
         return made
 
     # -- fetch

@@ -4,7 +4,7 @@ Only an indom a metric of the file is over is served (:func:`used_indoms`): a cl
 reaches an indom only through a metric's descriptor.  Its PCP serial (22 bits) is the one
 the files sharing its cluster serve it under, else the one the identity registry remembers
 for the file (:mod:`~.registry`), else that of a departed file of its cluster, else one
-:func:`~.numbering.choose_indom` picks among the numbers neither served nor held by
+:func:`~.indomnumbers.choose_indom` picks among the numbers neither served nor held by
 another remembered name; the C numbers the files of one scan ask for
 (:func:`wanted_indoms`) are left to them.
 """
@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Collection, Iterable
 
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace.numbering import AGENT_SERIALS, c_indom, choose_indom, packs
+from pmda_mmv.namespace.indomnumbers import AGENT_SERIALS, c_indom, choose_indom, packs
 from pmda_mmv.namespace.registry import Registry
 
 DEPARTED_LOOKS = 16
@@ -51,7 +51,7 @@ def indom_serial(
     """The PCP serial for indom ``serial`` of ``file`` (its name and owner uid) served in
     ``cluster`` (``at``: the two), when no file sharing the cluster serves it already;
     ``served``: the PCP serials served now.  A number another remembered name holds is not
-    given, nor one of the agent's own (:data:`~.numbering.AGENT_SERIALS`); None when no
+    given, nor one of the agent's own (:data:`~.indomnumbers.AGENT_SERIALS`); None when no
     number at all is free."""
     (name, uid), (cluster, serial) = file, at
 

@@ -7,7 +7,10 @@ No PCP imports.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Set
 from typing import Final
+
+from pmda_mmv.mmvfile.parse.strings import shared
 
 MAX_CHILDREN: Final = 12_000
 """Names directly below one namespace node.  libpcp builds the agent's namespace anew at
@@ -19,9 +22,42 @@ class _Node:
     __slots__ = ("below", "leaf", "leaves")
 
     def __init__(self) -> None:
-        self.below: dict[str, _Node] = {}  # the next component -> its node
+        self.below: dict[str, _Node] = _NONE  # the next component -> its node
         self.leaves = 0  # served names at or below this node
         self.leaf = False  # a served name ends here
+
+
+_NONE: Final[dict[str, _Node]] = {}
+"""The ``below`` of every node with nothing below it (a leaf): one empty dict, never
+written, not one per name."""
+
+
+class _Leaves(Set[str]):
+    """The served names, read from the tree (no set of its own: one entry per name)."""
+
+    def __init__(self, root: _Node) -> None:
+        self._root = root
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        node = self._root
+        for part in name.split("."):
+            node = node.below.get(part)  # type: ignore[assignment]
+            if node is None:
+                return False
+        return node.leaf
+
+    def __len__(self) -> int:
+        return sum(node.leaves for node in self._root.below.values())
+
+    def __iter__(self) -> Iterator[str]:
+        stack = [(part, node) for part, node in self._root.below.items()]
+        while stack:
+            prefix, node = stack.pop()
+            if node.leaf:
+                yield prefix
+            stack.extend((f"{prefix}.{part}", below) for part, below in node.below.items())
 
 
 class NameTree:
@@ -31,7 +67,7 @@ class NameTree:
 
     def __init__(self) -> None:
         self._root = _Node()
-        self.leaves: set[str] = set()
+        self.leaves: Set[str] = _Leaves(self._root)
 
     def __bool__(self) -> bool:
         return bool(self._root.below)
@@ -60,12 +96,13 @@ class NameTree:
 
     def claim(self, name: str) -> None:
         """Serve ``name`` (``conflict`` said None)."""
-        self.leaves.add(name)
         node = self._root
         for part in name.split("."):
             below = node.below.get(part)
             if below is None:
-                below = node.below[part] = _Node()
+                if node.below is _NONE:
+                    node.below = {}
+                below = node.below[shared(part)] = _Node()
             below.leaves += 1
             node = below
         node.leaf = True
@@ -74,13 +111,14 @@ class NameTree:
         """Stop serving ``name``; nodes left with no name below them go."""
         if name not in self.leaves:
             return
-        self.leaves.discard(name)
         node = self._root
         for part in name.split("."):
             below = node.below[part]
             below.leaves -= 1
             if not below.leaves:
                 del node.below[part]  # and everything below it: no name is left there
+                if not node.below:
+                    node.below = _NONE
                 return
             node = below
         node.leaf = False

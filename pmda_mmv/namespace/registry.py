@@ -35,6 +35,7 @@ from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.namespace import registryjournal
 from pmda_mmv.namespace.registryfile import (
     MAX_BYTES,
+    Holders,
     Key,
     Ledger,
     Record,
@@ -84,9 +85,8 @@ class Registry:
         self.records: dict[Key, Record] = {}  # last-seen order, oldest first
         self.present: set[Key] = set()
         self.departed: dict[Key, None] = {}  # the keys not present, longest departed first
-        # cluster, PCP indom serial -> keys holding it (tuples: 48 bytes, a set's 216)
-        self.clusters: dict[int, tuple[Key, ...]] = {}
-        self.serials: dict[int, tuple[Key, ...]] = {}
+        self.clusters: dict[int, Holders] = {}  # cluster -> keys holding it, first first
+        self.serials: dict[int, Holders] = {}  # PCP indom serial -> keys holding it
         self.dirty = False
         self.evictions: list[str] = []  # the last evictions, as logged (newest last)
         self.evicted = 0  # keys forgotten so far (cap and pool exhausted)

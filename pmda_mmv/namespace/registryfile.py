@@ -83,22 +83,40 @@ def describe(key: Key) -> str:
     return name if key[1] in (0, -1) else f"{name} (uid {key[1]})"
 
 
-def add_holder(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> None:
-    """``key`` holds ``number``."""
-    held = table.get(number, ())
-    if key not in held:
-        table[number] = (*held, key)
+Holders = tuple[Key, ...] | dict[Key, None]
+"""The keys holding one number, first holder first: a tuple while few (48 bytes, a dict's
+184), an insertion-ordered dict past :data:`FEW_HOLDERS`, so that the thousands of files of
+one application sharing a cluster (PCP QA 648) cost one step each, not one per holder."""
+
+FEW_HOLDERS: Final = 8
+"""The most holders of one number kept as a tuple."""
 
 
-def drop_holder(table: dict[int, tuple[Key, ...]], number: int, key: Key) -> bool:
+def add_holder(table: dict[int, Holders], number: int, key: Key) -> None:
+    """``key`` holds ``number`` (after those holding it already)."""
+    held = table.get(number)
+    if held is None:
+        table[number] = (key,)
+    elif isinstance(held, dict):
+        held.setdefault(key)
+    elif key not in held:
+        grown = (*held, key)
+        table[number] = grown if len(grown) <= FEW_HOLDERS else dict.fromkeys(grown)
+
+
+def drop_holder(table: dict[int, Holders], number: int, key: Key) -> bool:
     """``key`` no longer holds ``number``; True when no key does."""
     held = table.get(number)
-    if held is not None and key in held:
-        rest = tuple(k for k in held if k != key)
-        if not rest:
-            del table[number]
-            return True
-        table[number] = rest
+    if held is None or key not in held:
+        return False
+    if isinstance(held, dict):
+        del held[key]
+    else:
+        held = tuple(k for k in held if k != key)
+    if not held:
+        del table[number]
+        return True
+    table[number] = held
     return False
 
 

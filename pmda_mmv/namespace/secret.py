@@ -1,5 +1,5 @@
 """The secret under which an indom's number of its own is derived
-(:func:`~.numbering.derived_indom`), without PCP: 32 random bytes kept beside the identity
+(:func:`~.indomnumbers.derived_indom`), without PCP: 32 random bytes kept beside the identity
 registry in ``<registry>.key``, mode 0600, so that no other local user can predict where a
 victim's search for a number starts.  :class:`~.registry.Registry` reads it
 at load and writes it with its first save; in memory only, one per process."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pmda_mmv.namespace.numbering import INDOM_MASK, PROBES, derived_indom
+from pmda_mmv.namespace.indomnumbers import INDOM_MASK, PROBES, derived_indom
 from tests.support.identity import Writers, identities, served, stranger_claiming, strangers
 from tests.support.mmvbuild import Indom, Metric, MmvBuilder
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent

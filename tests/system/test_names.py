@@ -1,4 +1,4 @@
-"""Names and numbers under pmcd (pmda_mmv.namespace: catalogue, numbering): a NOPREFIX file
+"""Names and numbers under pmcd (pmda_mmv.namespace: catalogue, indomnumbers): a NOPREFIX file
 cannot shadow another file's names or the control metrics, one catalogue refusal is one log
 line, files asking for the same cluster get distinct PMIDs, indom serials that alias in the C
 agent are distinct indoms here, and a stranger cannot borrow a cluster or its indoms."""

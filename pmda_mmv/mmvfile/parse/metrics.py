@@ -13,7 +13,7 @@ from typing import Any
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.parse.state import State
-from pmda_mmv.mmvfile.parse.strings import cstring, help_text, string
+from pmda_mmv.mmvfile.parse.strings import cstring, help_text, shared, string
 from pmda_mmv.mmvfile.parsed import Metric, Toc
 from pmda_mmv.mmvfile.rules import name_problem
 
@@ -60,15 +60,17 @@ def _metric(
         st.problem(f"{where}.{fname}", entry.offset(at, fname), detail, limit)
         return None
     short_at, long_at = entry.offset(at, "shorthelp"), entry.offset(at, "longhelp")
+    shorthelp = help_text(st, short, f"{where}.shorthelp", short_at)
+    longhelp = help_text(st, long_, f"{where}.longhelp", long_at)
     return Metric(
-        name,
+        shared(name),
         item,
         mtype,
         sem,
         dim,
         serial,
-        help_text(st, short, f"{where}.shorthelp", short_at),
-        help_text(st, long_, f"{where}.longhelp", long_at),
+        None if shorthelp is None else shared(shorthelp),
+        None if longhelp is None else shared(longhelp),
         at,
     )
 

@@ -3,8 +3,27 @@ offset from metric names (v2, v3), instance names (v2, v3), help texts and strin
 
 from __future__ import annotations
 
+from typing import Final
+
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.parse.state import State
+
+SHARED_MAX: Final = 16_384
+"""Texts :func:`shared` remembers at most (then it forgets them all at once): a bound on
+what it keeps alive, whatever the names served."""
+_SHARED: dict[str, str] = {}
+
+
+def shared(text: str) -> str:
+    """The one ``str`` of ``text``'s value met lately: the metric names, name components
+    and help text that many files repeat (the processes of one application) are kept
+    once, not once per file."""
+    got = _SHARED.get(text)
+    if got is None:
+        if len(_SHARED) >= SHARED_MAX:
+            _SHARED.clear()
+        got = _SHARED[text] = text
+    return got
 
 
 def cstring(raw: bytes, errors: str = "replace") -> str | None:

@@ -27,7 +27,7 @@ from pmda_mmv.directory.filestate import (
 from pmda_mmv.directory.resources import Limits
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import generation, layout, limits
-from pmda_mmv.namespace import numbering, served
+from pmda_mmv.namespace import indomnumbers, served
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.nametree import MAX_CHILDREN
 from tests.support.mmvbuild import (
@@ -555,9 +555,9 @@ def test_a_filled_probe_window_does_not_refuse_an_indom(d: Dir) -> None:
     victim.indoms.append(Indom(1, [Instance(0, "only")]))
     victim.metrics.append(Metric("m", 1, indom=1))
     victim.values.append(Value("m", 0, 5))
-    start = numbering.derived_indom("victim", 1, d.scanner.catalogue.registry.secret)
+    start = indomnumbers.derived_indom("victim", 1, d.scanner.catalogue.registry.secret)
     squat = MmvBuilder(cluster=2048, version=2)
-    numbers = {(3 << 11) | 1} | {(start - 1 + k) % numbering.INDOM_MASK + 1 for k in range(4096)}
+    numbers = {(3 << 11) | 1} | {(start - 1 + k) % indomnumbers.INDOM_MASK + 1 for k in range(4096)}
     squat.indoms += [Indom(n) for n in sorted(numbers)]
     squat.write(d.path / "squat")
     d.refresh()

@@ -1189,3 +1189,25 @@ def test_label_set_shortest_text_is_still_counted() -> None:
     assert label_set_problem(_shortest_labels(pcpdefs.PM_MAXLABELS - 1)) is None
     why = label_set_problem(_shortest_labels(pcpdefs.PM_MAXLABELS))
     assert why is not None and f"into {pcpdefs.PM_MAXLABELS} labels" in why
+
+
+def test_files_repeating_names_and_help_text_keep_one_string_of_each(load: Loader) -> None:
+    """Regression: each file's metric names and help text were strings of their own, so
+    the processes of one application (the same names and help in every file) paid for
+    them once per file; they are one string each, and what is remembered stays bounded."""
+    from pmda_mmv.mmvfile.parse import strings
+
+    def app() -> MmvBuilder:
+        b = MmvBuilder(cluster=5)
+        b.metrics.append(Metric("requests", 1, shorthelp="requests served", longhelp="all"))
+        b.values.append(Value("requests", None, 1))
+        return b
+
+    (one, _), (two, _) = load(app(), "one"), load(app(), "two")
+    first, second = one.metrics[0], two.metrics[0]
+    assert (first.name, first.shorthelp, first.longhelp) == ("requests", "requests served", "all")
+    assert first.name is second.name and first.shorthelp is second.shorthelp
+    assert first.longhelp is second.longhelp
+    for n in range(strings.SHARED_MAX + 10):
+        strings.shared(f"text {n}")
+    assert 0 < len(strings._SHARED) <= strings.SHARED_MAX

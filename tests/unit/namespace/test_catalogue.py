@@ -11,11 +11,12 @@ import pytest
 from pmda_mmv.mmvfile import layout, pmunits
 from pmda_mmv.mmvfile.pcpdefs import PM_SEM_COUNTER, PM_TYPE_64
 from pmda_mmv.mmvfile.reader import MmvFile
-from pmda_mmv.namespace import nametree, numbering, served
+from pmda_mmv.namespace import indomnumbers, nametree, served
 from pmda_mmv.namespace.catalogue import Catalogue
+from pmda_mmv.namespace.indomnumbers import c_indom
 from pmda_mmv.namespace.indomserial import wanted_indoms
-from pmda_mmv.namespace.numbering import c_indom
 from pmda_mmv.namespace.registry import Registry
+from tests.support import hostile
 from tests.support.mmvbuild import Indom, Instance, Label, Metric, MmvBuilder, Value, sample
 
 
@@ -194,8 +195,10 @@ def test_aliased_indom_gets_a_number_of_its_own_that_it_keeps(tmp_path: Path) ->
     q = cat.add(load(tmp_path, "q", indoms(3, 1)))
     assert p is not None and q is not None
     assert p.indoms[4097].serial == 6145 and q.indoms[1].serial not in (0, 6145)
-    mine = q.indoms[1].serial
-    assert mine == numbering.derived_indom("q", 1, cat.registry.secret)  # not load-order dependent
+    mine = q.indoms[1].serial  # not load-order dependent
+    assert mine == indomnumbers.derived_indom(
+        "q", 1, cat.registry.secret
+    )  # not load-order dependent
     for _ in range(3):  # q's writer restarts, p goes and comes back
         cat.remove("q")
         cat.remove("p")
@@ -211,7 +214,7 @@ def test_in_one_scan_a_lossless_pair_wins_its_number(tmp_path: Path) -> None:
     wanted = wanted_indoms(files)
     p, q = (cat.add(f, None, wanted) for f in files)
     assert p is not None and q is not None
-    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == numbering.derived_indom(
+    assert q.indoms[1].serial == 6145 and p.indoms[4097].serial == indomnumbers.derived_indom(
         "p", 4097, cat.registry.secret
     )
 
@@ -472,3 +475,44 @@ def test_holder_of_a_shared_name_is_the_first_file_left(tmp_path: Path, cat: Cat
     cat.remove("p2")
     cat.remove("p3")
     assert cat.holder("mmv.m") is None
+
+
+class CountedName(str):
+    """A file name that counts its comparisons with other file names (all instances)."""
+
+    compared = 0
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        CountedName.compared += 1
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        CountedName.compared += 1
+        return str.__ne__(self, other)
+
+    def __lt__(self, other: str) -> bool:
+        CountedName.compared += 1
+        return str.__lt__(self, other)
+
+
+SHARED_FILES = 600
+COMPARISONS_PER_FILE = 60  # file-name order kept by binary search: about log2(N) per index
+
+
+def test_files_sharing_a_cluster_cost_no_work_per_pair(tmp_path: Path) -> None:
+    """The processes of one application sharing a cluster (PCP QA 648): served, reloaded
+    (identity remembered) and unserved, N files compare file names about log N times
+    each (the catalogue's and the identity registry's indexes), never once per pair."""
+    cat = Catalogue(registry=Registry())
+    paths = hostile.shared_cluster(tmp_path, SHARED_FILES)
+    CountedName.compared = 0
+    for _ in range(2):  # the second pass: every name comes back to its remembered cluster
+        opened = [MmvFile.open(str(p), name=CountedName(p.name)) for p in paths]
+        entries = [cat.add(mf) for mf in opened]
+        assert all(e is not None and e.cluster == 210 and e.metrics for e in entries)
+        assert len(cat.instances(entries[0].metrics[0].indom.serial)) == SHARED_FILES
+        for mf in opened:
+            cat.remove(mf.name)
+            mf.close()
+    assert CountedName.compared <= COMPARISONS_PER_FILE * 2 * SHARED_FILES, CountedName.compared

@@ -18,7 +18,7 @@ from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.numbering import INDOM_MASK, derived_indom
+from pmda_mmv.namespace.indomnumbers import INDOM_MASK, derived_indom
 from pmda_mmv.namespace.registry import Registry, default_path
 from pmda_mmv.namespace.registryfile import VERSION, Record
 from tests.support.mmvbuild import Indom, Instance, Metric, MmvBuilder, Value

@@ -1,4 +1,4 @@
-"""pmda_mmv.namespace.numbering: PCP indom serials for the files' indoms, without PCP.  The C
+"""pmda_mmv.namespace.indomnumbers: PCP indom serials for the files' indoms, without PCP.  The C
 agent's number whenever it is free; a number of one's own, derived from the file name and
 serial, when it is not; the number a name had before, kept; a lossless pair wins its C
 number over a pair that overflows; none only when every number is taken."""
@@ -10,8 +10,7 @@ import hashlib
 import pytest
 
 from pmda_mmv.agent.control import STATES_SERIAL, STATUS_SERIAL
-from pmda_mmv.namespace.indomserial import indom_serial
-from pmda_mmv.namespace.numbering import (
+from pmda_mmv.namespace.indomnumbers import (
     AGENT_SERIALS,
     INDOM_MASK,
     PROBES,
@@ -20,6 +19,7 @@ from pmda_mmv.namespace.numbering import (
     derived_indom,
     packs,
 )
+from pmda_mmv.namespace.indomserial import indom_serial
 from pmda_mmv.namespace.registry import Registry
 
 SECRET = b"sixteen byte key"

@@ -1,0 +1,97 @@
+"""What ``pmda-mmv check FILE`` costs on one file of a large directory: the command as a
+user runs it (a new interpreter, the directory judged as the agent would), timed from here.
+
+Two populations of ``--files`` N (default 6,000) written by tests/support/hostile.py:
+``shared``, tiny NOPREFIX files of one application sharing one cluster, metric and indom
+(PCP QA 648's layout, in their thousands), and ``plain``, small files of their own cluster
+each.  Each is checked with no identity registry (``--registry none``) and with the one an
+agent wrote after serving the directory (every file remembered, as on a host where the
+agent runs).  Printed: the median of ``--repeats`` runs per row, for this checkout and,
+with ``--candidate DIR``, the ``pmda_mmv`` package found in DIR, side by side.
+
+    .venv/bin/python benchmarks/check.py [--files N] [--repeats R] [--candidate DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+if str(CHECKOUT) not in sys.path:
+    sys.path.insert(0, str(CHECKOUT))
+
+from pmda_mmv.agent.assembly import RegistryChoice, assemble  # noqa: E402
+from pmda_mmv.agent.options import ServingOptions  # noqa: E402
+from tests.support import hostile  # noqa: E402
+
+RESULTS = CHECKOUT / "benchmarks" / "results"
+POPULATIONS = {"shared": hostile.shared_cluster, "plain": hostile.many_files}
+
+
+def agent_registry(directory: Path, path: Path) -> None:
+    """The identity registry an agent serving ``directory`` writes (at ``path``)."""
+    options = ServingOptions(registry=str(path))
+    built = assemble(options, str(directory), RegistryChoice(str(directory.parent)))
+    built.scanner.refresh(force=True)
+    built.registry.save()
+    for entry in built.scanner.served():
+        entry.mf.close()
+
+
+def check_seconds(package: Path, path: Path, registry: str, repeats: int) -> float:
+    """The median wall time of ``pmda-mmv check path`` run with ``package`` on the path."""
+    env = {**os.environ, "PYTHONPATH": str(package)}
+    argv = [sys.executable, "-m", "pmda_mmv", "check", "--registry", registry, str(path)]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, env=env, cwd="/", capture_output=True, check=False)
+        times.append(time.perf_counter() - t0)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return statistics.median(times)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--files", type=int, default=6000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
+    a = p.parse_args()
+    packages = {"pmda-mmv": CHECKOUT}
+    if a.candidate:
+        packages["candidate"] = a.candidate.resolve()
+    work = Path(tempfile.mkdtemp(prefix="pmda-mmv-check-", dir="/tmp"))
+    rows: dict[str, dict[str, float]] = {}
+    try:
+        for population, build in POPULATIONS.items():
+            directory = work / population
+            directory.mkdir()
+            first = build(directory, a.files)[0]
+            registry = work / f"{population}.json"
+            agent_registry(directory, registry)
+            for label, reg in (("no registry", "none"), ("agent's registry", str(registry))):
+                row = f"check 1 of {a.files:,} {population}, {label}"
+                rows[row] = {
+                    k: check_seconds(v, first, reg, a.repeats) for k, v in packages.items()
+                }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{'':48}" + "".join(f"{k:>12}" for k in packages))
+    for row, secs in rows.items():
+        print(f"{row:48}" + "".join(f"{secs[k]:11.2f}s" for k in packages))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "check.json").write_text(json.dumps({"files": a.files, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
