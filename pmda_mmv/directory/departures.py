@@ -39,6 +39,11 @@ fills its file after creating it (the TOC, then the generation)."""
 PATIENCE: Final = 2.0
 """Seconds a matching file is looked at again so before this thread gives up on it (the
 agent's own scanner still serves it when it becomes ready)."""
+MAX_HELD: Final = 1024
+"""Matching files held open at once (a descriptor each, and a pidfd for a PROCESS file):
+past it a new matching file is not held, one log line says so, and its departure is
+credited at a request as the agent's thread sees it, so that no population of matching
+names can take the descriptors the agent serves files with."""
 
 
 @dataclass
@@ -81,6 +86,7 @@ class Departures:
         self._poll = select.poll()
         self._poll.register(self._wake_r, select.POLLIN)
         self._fds: dict[int, str] = {}  # pidfd -> held file name
+        self._full = False  # MAX_HELD met (logged once until a file is held again)
         self.thread: threading.Thread | None = None
 
     def notice(self, name: str) -> None:
@@ -140,7 +146,7 @@ class Departures:
             self._release(name)
             self._credit(held.mf)  # unlinked, replaced, or its writer exited
             held.close()
-        if same or mf is None:
+        if same or mf is None or not self._owners(mf):
             if mf is not None:
                 mf.close()
             return
@@ -152,10 +158,32 @@ class Departures:
             return
         except Searching:
             writer = None
+        if not self._room(mf):
+            Held(mf, writer).close()
+            return
         self.held[name] = Held(mf, writer)
         if writer is not None and writer.fd >= 0:
             self._fds[writer.fd] = name
             self._poll.register(writer.fd, select.POLLIN)
+
+    def _owners(self, mf: MmvFile) -> bool:
+        """Whether ``mf`` is its family owner's (any owner's while the family has none)."""
+        fam = self.families.family_of(mf.name)
+        return fam is not None and (fam.owner is None or mf.uid == fam.owner)
+
+    def _room(self, mf: MmvFile) -> bool:
+        """Whether one more file may be held: fewer than :data:`MAX_HELD` are (one log line
+        when that bound is first met, until a file is held again)."""
+        if len(self.held) < MAX_HELD:
+            self._full = False
+            return True
+        if not self._full:
+            self._full = True
+            self.log(
+                f"departures: {MAX_HELD} matching files held; {mf.name} and those after it"
+                " are not held (their departures are credited at a request)"
+            )
+        return False
 
     def _open(self, name: str) -> MmvFile | None:
         path = os.path.join(self.directory, name)

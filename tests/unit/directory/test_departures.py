@@ -9,6 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+from pmda_mmv.directory import departures as departures_module
 from pmda_mmv.directory.departures import Departures
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
@@ -78,3 +81,41 @@ def test_a_held_member_unlinked_between_requests_is_credited_and_saved_at_once(
         assert record.credited == [("websrv_quick", 0x5F5E1000000005, 0x5F5E1000000005)]
     finally:
         watcher.stop()
+
+
+def test_a_strangers_matching_file_is_not_held(tmp_path: Path) -> None:
+    """A file of another owner matching the family's pattern takes no descriptor of the
+    departures thread, and its departure credits nothing."""
+    mmv, _, w = family_world(tmp_path)
+    assert w.families.families[0].owner == os.getuid()
+    stranger = mmv / "websrv_stranger"
+    member((5, 5), generation=0x5F5E1000000007).write(stranger)
+    os.chown(stranger, os.getuid() + 4242, os.getgid() + 4242)
+    departures = Departures(str(mmv), w.families, w.registry, w.log.append)
+    departures.start()
+    assert "websrv_stranger" not in departures.held and "websrv_live" in departures.held
+    os.unlink(stranger)
+    departures._look("websrv_stranger")
+    assert departures.credits == 0 and not w.families.families[0].totals
+
+
+def test_matching_files_held_are_bounded_with_one_log_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_HELD matching files, a new one is not held (one log line, not one a file);
+    once one is released, the next is held again."""
+    monkeypatch.setattr(departures_module, "MAX_HELD", 3)
+    mmv, _, w = family_world(tmp_path)
+    for k in range(6):
+        member((k, k), generation=0x5F5E1000000100 + k).write(mmv / f"websrv_{k}")
+    departures = Departures(str(mmv), w.families, w.registry, w.log.append)
+    departures.start()
+    assert len(departures.held) == 3
+    lines = [line for line in w.log if "matching files held" in line]
+    assert len(lines) == 1 and "are not held" in lines[0], w.log
+    gone = sorted(departures.held)[0]
+    os.unlink(mmv / gone)
+    departures._look(gone)
+    assert gone not in departures.held and departures.credits == 1
+    departures._look("websrv_5")
+    assert "websrv_5" in departures.held and len(departures.held) == 3
