@@ -1,7 +1,8 @@
-"""The package's shape, as its design asks: no function over 50 lines, PCP's numbers and
-the log-callback type defined in one module (``mmvfile/pcpdefs.py``), and python3-pcp's
-private attributes touched in one module (``agent/pcpcompat.py``, the adapter), so that a
-python3-pcp release that renames them breaks one place.  Each check is a function run on
+"""The package's shape, as its design asks: no function over 50 lines, no two modules of one
+file name, PCP's numbers and the log-callback type defined in one module
+(``mmvfile/pcpdefs.py``), and python3-pcp's private attributes touched in one module
+(``agent/pcpcompat.py``, the adapter), so that a python3-pcp release that renames them
+breaks one place.  Each check is a function run on
 the package and, to prove it bites, on a planted source text.  A module over 400 lines is
 reported as a warning, not a failure: a module holds one responsibility, whatever its
 length."""
@@ -92,6 +93,23 @@ def pcp_definitions(sources: dict[str, str]) -> list[str]:
                     if isinstance(name, ast.Name) and PCP_NAME.fullmatch(name.id):
                         found.append(f"{module}:{node.lineno} {name.id}")
     return found
+
+
+def shared_file_names(paths: list[str]) -> list[str]:
+    """The file names (``__init__.py`` aside) that more than one module has."""
+    seen: dict[str, list[str]] = {}
+    for path in paths:
+        name = Path(path).name
+        if name != "__init__.py":
+            seen.setdefault(name, []).append(path)
+    return [f"{name}: {', '.join(p)}" for name, p in sorted(seen.items()) if len(p) > 1]
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """One name, one module: ``entries`` in two layers meant two things."""
+    assert shared_file_names(list(modules())) == []
+    planted = ["mmvfile/entries.py", "directory/entries.py", "a/__init__.py", "b/__init__.py"]
+    assert shared_file_names(planted) == ["entries.py: mmvfile/entries.py, directory/entries.py"]
 
 
 def test_a_module_over_400_lines_is_reported_not_refused() -> None:
