@@ -39,6 +39,9 @@ fills its file after creating it (the TOC, then the generation)."""
 PATIENCE: Final = 2.0
 """Seconds a matching file is looked at again so before this thread gives up on it (the
 agent's own scanner still serves it when it becomes ready)."""
+SETTLE: Final = 0.005
+"""Seconds this thread waits for the families' lock before it goes back to opening new
+files (the departed ones wait in their held descriptors)."""
 MAX_HELD: Final = 1024
 """Matching files held open at once (a descriptor each, and a pidfd for a PROCESS file):
 past it a new matching file is not held, one log line says so, and its departure is
@@ -86,6 +89,7 @@ class Departures:
         self._poll = select.poll()
         self._poll.register(self._wake_r, select.POLLIN)
         self._fds: dict[int, str] = {}  # pidfd -> held file name
+        self._departed: list[Held] = []  # to credit, at the next free moment of the lock
         self._full = False  # MAX_HELD met (logged once until a file is held again)
         self.thread: threading.Thread | None = None
 
@@ -105,6 +109,7 @@ class Departures:
             return
         for name in self._matching():
             self._look(name)
+        self._settle(None)
         self.thread = threading.Thread(target=self._run, name="departures", daemon=True)
         self.thread.start()
 
@@ -117,7 +122,7 @@ class Departures:
 
     def _run(self) -> None:
         while True:
-            timeout = RETRY * 1000 if self._retry else None
+            timeout = SETTLE * 1000 if self._departed else RETRY * 1000 if self._retry else None
             ready = self._poll.poll(timeout)
             names = {self._fds[fd] for fd, _ in ready if fd in self._fds}
             if any(fd == self._wake_r for fd, _ in ready):
@@ -136,6 +141,7 @@ class Departures:
                     self._look(name)
                 except Exception as e:  # never end the thread: the requests still credit
                     self.log(f"departures: {name}: {type(e).__name__}: {e}")
+            self._settle(SETTLE)
 
     def _look(self, name: str) -> None:
         """``name`` changed: a new file is held, a departed one credited."""
@@ -144,8 +150,7 @@ class Departures:
         same = held is not None and mf is not None and _same(held.mf, mf)
         if held is not None and (not same or held.exited()):
             self._release(name)
-            self._credit(held.mf)  # unlinked, replaced, or its writer exited
-            held.close()
+            self._departed.append(held)  # unlinked, replaced, or its writer exited
         if same or mf is None or not self._owners(mf):
             if mf is not None:
                 mf.close()
@@ -153,8 +158,7 @@ class Departures:
         try:
             writer = self.writers.open(mf)
         except NoWriter:  # a file left by a writer that is gone
-            self._credit(mf)
-            mf.close()
+            self._departed.append(Held(mf, None))
             return
         except Searching:
             writer = None
@@ -202,13 +206,30 @@ class Departures:
             del self._fds[held.writer.fd]
             self._poll.unregister(held.writer.fd)
 
-    def _credit(self, mf: MmvFile) -> None:
-        """Credit ``mf``'s last values to its family and save, under the families' lock."""
-        snap = mf.last_snapshot()
-        with self.families.lock:
-            if self.families.credit_departed(mf, snap):
+    def _settle(self, wait: float | None) -> None:
+        """Credit the departed files gathered so far to their families and save the
+        registry once, under the families' lock; while the agent's thread holds it longer
+        than ``wait`` seconds (None: as long as it takes) they wait for the next turn, and
+        meanwhile new files go on being opened, however short their lives."""
+        if not self._departed:
+            return
+        if not self.families.lock.acquire(timeout=-1 if wait is None else wait):
+            return
+        departed, self._departed = self._departed, []
+        try:
+            credited = 0
+            for held in departed:
+                try:
+                    credited += self.families.credit_departed(held.mf, held.mf.last_snapshot())
+                except Exception as e:  # one file's failure credits the others still
+                    self.log(f"departures: {held.mf.name}: {type(e).__name__}: {e}")
+            if credited:
                 self.registry.save()
-                self.credits += 1
+                self.credits += credited
+        finally:
+            self.families.lock.release()
+            for held in departed:
+                held.close()
 
 
 def _same(a: MmvFile, b: MmvFile) -> bool:

@@ -96,6 +96,7 @@ def test_a_strangers_matching_file_is_not_held(tmp_path: Path) -> None:
     assert "websrv_stranger" not in departures.held and "websrv_live" in departures.held
     os.unlink(stranger)
     departures._look("websrv_stranger")
+    departures._settle(None)
     assert departures.credits == 0 and not w.families.families[0].totals
 
 
@@ -116,6 +117,7 @@ def test_matching_files_held_are_bounded_with_one_log_line(
     gone = sorted(departures.held)[0]
     os.unlink(mmv / gone)
     departures._look(gone)
+    departures._settle(None)
     assert gone not in departures.held and departures.credits == 1
     departures._look("websrv_5")
     assert "websrv_5" in departures.held and len(departures.held) == 3
