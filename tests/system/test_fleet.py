@@ -118,6 +118,24 @@ def samples(archive: Path, metric: str) -> int:
     return len(re.findall(rf"\({re.escape(metric)}\): value", out.stdout))
 
 
+def sample_times(archive: Path, metric: str) -> list[str]:
+    """The times ``pmdumplog`` prints for the values of singular ``metric``."""
+    out = subprocess.run(["pmdumplog", archive, metric], capture_output=True, text=True)
+    value = rf"^(\S+) .*\n\s+\S+ \({re.escape(metric)}\): value"
+    return re.findall(value, out.stdout, re.M)
+
+
+def wait_loaded(series: Pmseries, name: str, want: int, deadline: float) -> list[Sample]:
+    """The samples of ``name`` in a key server filled by ``pmseries --load``, newest first,
+    once it holds ``want`` of them or at ``deadline``: the key server may still be storing
+    the last ones when ``pmseries --load`` has exited (seen once in CI: 4 of 5)."""
+    while True:
+        loaded = [s for v in series.values(f"{name}[count:100]").values() for s in v]
+        if len(loaded) >= want or time.monotonic() >= deadline:
+            return loaded
+        time.sleep(0.3)
+
+
 def wait_ingested(f: Fleet, timeout: float = 30) -> None:
     """Wait until pmproxy, tailing the archive, has reached its last sample: the newest
     value in the live key server is the newest of the full ``pmseries --load`` (pmproxy
@@ -125,9 +143,11 @@ def wait_ingested(f: Fleet, timeout: float = 30) -> None:
     samples, never the last)."""
     name = f.file.pcp_name("latency")
     want = samples(f.archive, name)
-    loaded = [s for v in f.ours.values(f"{name}[count:100]").values() for s in v]
-    assert want >= 2 and len(loaded) == want, f"{name}: archive {want}, loaded {loaded}"
     deadline = time.monotonic() + timeout
+    loaded = wait_loaded(f.ours, name, want, deadline)
+    assert want >= 2 and len(loaded) == want, (
+        f"{name}: archive {want} ({sample_times(f.archive, name)}), loaded {loaded}"
+    )
     live: list[Sample] = []
     while time.monotonic() < deadline:
         live = [s for v in f.live.values(f"{name}[count:100]").values() for s in v]
