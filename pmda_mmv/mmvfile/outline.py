@@ -1,0 +1,117 @@
+"""A file's outline: what decides whether it can meet another file in the namespace, read
+without validating it (:func:`outline`): its header (checked as :func:`~.parse.header.read_header`
+checks it: a file that fails it is never served), owner, inode, size, its TOC's entry counts,
+and its metrics' items and, of a version 1 file, their inline names.  One ``pread`` of its
+start (``HEAD``), and of its METRICS sections when they lie past it.
+
+An outline is an upper bound of what the agent would serve from the file, never a verdict:
+``check FILE`` uses the outlines of the files beside ``FILE`` to decide which of them can
+change the agent's verdict on it (:mod:`pmda_mmv.commands.checkscope`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+from pmda_mmv.mmvfile import layout, limits
+from pmda_mmv.mmvfile.errors import MmvError
+from pmda_mmv.mmvfile.parse.header import read_header
+
+HEAD = 16384
+"""Bytes read from the start of each file: a small file's header, TOC and metrics."""
+FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+@dataclass(slots=True)
+class Outline:
+    """What one file could take and meet (see the module docstring).  ``names`` holds the
+    first component of each metric name of a version 1 file, as bytes; None when they
+    were not read (a version 2 or 3 file's names are in its strings).  ``complete``:
+    False when a METRICS section could not be read whole (past the file's end, or more
+    entries than a file may hold): its items and names are then unknown."""
+
+    size: int
+    uid: int
+    inode: tuple[int, int]
+    cluster: int
+    noprefix: bool
+    counts: dict[int, int] = field(default_factory=dict)  # TOC type -> entries, summed
+    items: list[int] = field(default_factory=list)
+    names: set[bytes] | None = None
+    complete: bool = True  # its items and names read whole
+
+    @property
+    def metrics(self) -> int:
+        return self.counts.get(layout.TOC_METRICS, 0)
+
+    @property
+    def spills(self) -> int:
+        """How many of its metrics may spill (an item past ``limits.MAX_ITEM``, or the
+        item of an earlier metric of the file): at most one cluster each."""
+        if not self.complete:
+            return self.metrics
+        seen: set[int] = set()
+        n = 0
+        for item in self.items:
+            n += item > limits.MAX_ITEM or item in seen
+            seen.add(item)
+        return n
+
+
+def outline(path: str, follow: bool = False) -> Outline | None:
+    """The outline of the file at ``path`` (a symlink is not followed); None when the
+    agent would not serve it at all: it cannot be opened or is not a regular file, or its
+    header is refused or not ready.  ``follow``: a symlink is followed."""
+    try:
+        fd = os.open(path, FLAGS & ~os.O_NOFOLLOW if follow else FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        head = os.pread(fd, HEAD, 0)
+        if len(head) < layout.HEADER_SIZE:
+            return None  # not written yet, too small, or changed while read
+        try:
+            header = read_header(path, head, st.st_size)
+        except MmvError:
+            return None
+        found = Outline(
+            st.st_size,
+            st.st_uid,
+            (st.st_dev, st.st_ino),
+            header.cluster,
+            bool(header.flags & layout.FLAG_NOPREFIX),
+            names=set() if header.version == 1 else None,
+        )
+        first = layout.HEADER_SIZE
+        tocs = layout.TOC.iter_unpack(head[first : first + header.tocs * layout.TOC_SIZE])
+        for ttype, count, offset in tocs:
+            found.counts[ttype] = found.counts.get(ttype, 0) + count
+            if ttype == layout.TOC_METRICS and found.complete:
+                found.complete = _metrics(found, fd, head, header.version, count, offset)
+        return found
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _metrics(found: Outline, fd: int, head: bytes, version: int, count: int, at: int) -> bool:
+    """Add the items (and version 1 names) of one METRICS section of ``count`` entries;
+    False when it cannot be read whole."""
+    entry = layout.METRIC_V1 if version == 1 else layout.METRIC_V2
+    end = at + count * entry.size
+    if count > limits.MAX_ENTRIES[layout.TOC_METRICS] or end > found.size:
+        return False
+    data = head[at:end] if end <= len(head) else os.pread(fd, end - at, at)
+    if len(data) != end - at:
+        return False
+    for raw, item, *_ in entry.iter_unpack(data):
+        found.items.append(item)
+        if found.names is not None:
+            found.names.add(raw.split(b"\0", 1)[0].split(b".", 1)[0])
+    return True
