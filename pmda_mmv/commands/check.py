@@ -2,7 +2,8 @@
 
 ``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
 file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
-directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
+directory: every entry, sorted; one file of a directory: beside the entries that can change
+the verdict on it, :mod:`~.checkscope`): ``ok`` (all of it served), ``partial`` (part of it
 skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer has exited),
 ``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
 (a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a

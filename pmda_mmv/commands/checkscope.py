@@ -39,6 +39,7 @@ from pmda_mmv.mmvfile.layout import TOC_INDOMS, TOC_INSTANCES
 from pmda_mmv.mmvfile.outline import Outline, outline
 from pmda_mmv.namespace.nametree import MAX_CHILDREN
 from pmda_mmv.namespace.registry import BYTES_PER_NAME, Registry
+from pmda_mmv.namespace.registryfile import Record
 
 RECORD_BYTES = 400
 """The most an identity registry record takes besides its file name, indoms and spills."""
@@ -53,6 +54,7 @@ class _File:
     symlink: bool = False
     clusters: set[int] = field(default_factory=set)
     parts: set[bytes] | None = None  # first name components below the prefix (None: any)
+    record: Record | None = None  # its identity registry record
 
 
 def scope(
@@ -101,7 +103,7 @@ def _keys(f: _File, registry: Registry) -> None:
     found = f.found
     if found.cluster:
         f.clusters.add(found.cluster)
-    record = registry.get((f.name, found.uid))
+    f.record = record = registry.get((f.name, found.uid))
     if record is not None:
         f.clusters |= record.all_clusters()
     if not found.noprefix:
@@ -150,7 +152,7 @@ def _within_totals(
         (2 * len(files) + 2, fdlimit.max_files()),  # a descriptor and a pidfd each
         (below, MAX_CHILDREN - 1),
         (_clusters_taken([target, *others], registry), limits.MAX_CLUSTER - 1),
-        (len(registry.records) + len(files), registry.cap),
+        (len(registry.records) + sum(f.record is None for f in (target, *others)), registry.cap),
         (registry.bytes + sum(_record_bytes(f) for f in [target, *others]), registry.byte_cap),
     )
     return all(n <= most for n, most in totals)
