@@ -5,17 +5,18 @@ The agent serves a directory's files in name order, each judged against the file
 before it; a file meets another only through a name (one of its names equal to, above or
 below one of the other's: the first component of a name below the prefix decides whether
 they can), a cluster (asked for in the header, or remembered for the file in the identity
-registry), an inode (a hard link) or a symlink, and through what all served files take
-together: the serving limits (``--max-total``, ``--max-names``, ``--max-indoms``,
-``--max-instances``, the descriptor budget), the names directly below the prefix
-(``nametree.MAX_CHILDREN``), the clusters (4,095: a file that does not get the one it
-asked for, a cluster-0 file and a spilled metric each take a free one) and the identity
-registry's quotas.  From every other file's :func:`~.outline.outline` (header, TOC counts,
-metric items, version 1 names: no validation, no values, no help text) the scope is
-``FILE`` and the files that meet it, directly or through one another; when the outlines
-cannot rule out that a total is reached, or the file asks for cluster 0 (the lowest free
-one, which every file decides), or families are served (a member's verdict depends on
-the others), the scope is the whole directory.
+registry) or an inode (a hard link; a symlink is outlined as its target), and through
+what all served files take together: the serving limits (``--max-total``,
+``--max-names``, ``--max-indoms``, ``--max-instances``, the descriptor budget), the names
+directly below the prefix (``nametree.MAX_CHILDREN``), the clusters (4,095: a file that
+does not get the one it asked for, a cluster-0 file and a spilled metric each take a free
+one) and the identity registry's quotas.  From every other file's
+:func:`~.outline.outline` (header, TOC counts, metric items and names: no validation, no
+values, no help text) the scope is ``FILE`` and the files that meet it, directly or
+through one another; when the outlines cannot rule out that a total is reached, or a
+NOPREFIX file's names could not be read, or the file asks for cluster 0 (the lowest free
+one, which every file decides), or families are served (a member's verdict depends on the
+others), the scope is the whole directory.
 
 An outline over-states what the agent serves (every entry it counts may be skipped), so
 a file left out of the scope cannot change the verdict; ``check`` still judges the file
@@ -51,9 +52,8 @@ class _File:
 
     name: str
     found: Outline
-    symlink: bool = False
     clusters: set[int] = field(default_factory=set)
-    parts: set[bytes] | None = None  # first name components below the prefix (None: any)
+    parts: set[str] | None = None  # first name components below the prefix (None: any)
     record: Record | None = None  # its identity registry record
 
 
@@ -79,7 +79,9 @@ def scope(
     target = _File(name, own)
     _keys(target, registry)
     others = list(_others(directory, name, registry))
-    if target.parts is None or not _within_totals(target, others, options, registry):
+    if any(f.parts is None for f in (target, *others)):
+        return None  # a NOPREFIX file's names unread: it may meet any file
+    if not _within_totals(target, others, options, registry):
         return None
     return {name, *(f.name for f in _meeting(target, others))}
 
@@ -90,10 +92,9 @@ def _others(directory: str, name: str, registry: Registry) -> Iterable[_File]:
         for entry in entries:
             if entry.name == name or ignore_reason(entry.name) is not None:
                 continue
-            symlink = entry.is_symlink()
-            found = outline(entry.path, follow=symlink)
+            found = outline(entry.path, follow=entry.is_symlink())
             if found is not None:
-                other = _File(entry.name, found, symlink)
+                other = _File(entry.name, found)
                 _keys(other, registry)
                 yield other
 
@@ -107,7 +108,7 @@ def _keys(f: _File, registry: Registry) -> None:
     if record is not None:
         f.clusters |= record.all_clusters()
     if not found.noprefix:
-        f.parts = {os.fsencode(f.name).split(b".", 1)[0]}
+        f.parts = {f.name.split(".", 1)[0]}
     elif found.complete:
         f.parts = found.names
 
@@ -115,8 +116,8 @@ def _keys(f: _File, registry: Registry) -> None:
 def _meeting(target: _File, others: list[_File]) -> list[_File]:
     """The files of ``others`` meeting ``target``, directly or through one another."""
     by_cluster: dict[int, list[_File]] = {}
-    by_part: dict[bytes, list[_File]] = {}
-    met = [f for f in others if f.symlink or f.parts is None or f.found.inode == target.found.inode]
+    by_part: dict[str, list[_File]] = {}
+    met = [f for f in others if f.found.inode == target.found.inode]
     for f in others:
         for c in f.clusters:
             by_cluster.setdefault(c, []).append(f)
@@ -191,7 +192,7 @@ def _may_share(group: list[_File]) -> bool:
     prefixed files of one owner, no item or first name component in common, every item
     read."""
     items: set[int] = set()
-    parts: set[bytes] = set()
+    parts: set[str] = set()
     count = 0
     for f in group:
         found = f.found

@@ -1,8 +1,9 @@
 """A file's outline: what decides whether it can meet another file in the namespace, read
 without validating it (:func:`outline`): its header (checked as :func:`~.parse.header.read_header`
 checks it: a file that fails it is never served), owner, inode, size, its TOC's entry counts,
-and its metrics' items and, of a version 1 file, their inline names.  One ``pread`` of its
-start (``HEAD``), and of its METRICS sections when they lie past it.
+and its metrics' items and names (the first component of each).  One ``pread`` of its start
+(``HEAD``), and of its METRICS sections and a version 2 file's name strings when they lie
+past it.
 
 An outline is an upper bound of what the agent would serve from the file, never a verdict:
 ``check FILE`` uses the outlines of the files beside ``FILE`` to decide which of them can
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import MmvError
 from pmda_mmv.mmvfile.parse.header import read_header
+from pmda_mmv.mmvfile.parse.strings import cstring
 
 HEAD = 16384
 """Bytes read from the start of each file: a small file's header, TOC and metrics."""
@@ -27,10 +29,9 @@ FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 @dataclass(slots=True)
 class Outline:
     """What one file could take and meet (see the module docstring).  ``names`` holds the
-    first component of each metric name of a version 1 file, as bytes; None when they
-    were not read (a version 2 or 3 file's names are in its strings).  ``complete``:
-    False when a METRICS section could not be read whole (past the file's end, or more
-    entries than a file may hold): its items and names are then unknown."""
+    first component of each metric name, as the parser decodes it.  ``complete``: False
+    when a METRICS section could not be read whole (past the file's end, or more entries
+    than a file may hold): its items and names are then unknown."""
 
     size: int
     uid: int
@@ -39,7 +40,7 @@ class Outline:
     noprefix: bool
     counts: dict[int, int] = field(default_factory=dict)  # TOC type -> entries, summed
     items: list[int] = field(default_factory=list)
-    names: set[bytes] | None = None
+    names: set[str] = field(default_factory=set)
     complete: bool = True  # its items and names read whole
 
     @property
@@ -85,7 +86,6 @@ def outline(path: str, follow: bool = False) -> Outline | None:
             (st.st_dev, st.st_ino),
             header.cluster,
             bool(header.flags & layout.FLAG_NOPREFIX),
-            names=set() if header.version == 1 else None,
         )
         first = layout.HEADER_SIZE
         tocs = layout.TOC.iter_unpack(head[first : first + header.tocs * layout.TOC_SIZE])
@@ -101,8 +101,8 @@ def outline(path: str, follow: bool = False) -> Outline | None:
 
 
 def _metrics(found: Outline, fd: int, head: bytes, version: int, count: int, at: int) -> bool:
-    """Add the items (and version 1 names) of one METRICS section of ``count`` entries;
-    False when it cannot be read whole."""
+    """Add the items and names of one METRICS section of ``count`` entries; False when it
+    cannot be read whole."""
     entry = layout.METRIC_V1 if version == 1 else layout.METRIC_V2
     end = at + count * entry.size
     if count > limits.MAX_ENTRIES[layout.TOC_METRICS] or end > found.size:
@@ -112,6 +112,15 @@ def _metrics(found: Outline, fd: int, head: bytes, version: int, count: int, at:
         return False
     for raw, item, *_ in entry.iter_unpack(data):
         found.items.append(item)
-        if found.names is not None:
-            found.names.add(raw.split(b"\0", 1)[0].split(b".", 1)[0])
+        name = cstring(raw) if version == 1 else _string(fd, head, raw, found.size)
+        if name is not None:  # else the metric is skipped: it meets nothing
+            found.names.add(name.split(".", 1)[0])
     return True
+
+
+def _string(fd: int, head: bytes, offset: int, size: int) -> str | None:
+    """The string entry at ``offset`` as the parser reads a name (None: it would not)."""
+    end = offset + layout.STRING_SIZE
+    if offset < layout.HEADER_SIZE or end > size:
+        return None
+    return cstring(head[offset:end] if end <= len(head) else os.pread(fd, end - offset, offset))

@@ -60,9 +60,8 @@ def test_siblings_that_meet_and_that_do_not(tmp_path: Path) -> None:
     """Files that meet the judged one by a name (a NOPREFIX metric below its name, v1 and
     v2; a file name sharing its first component), by a cluster (asked for by an earlier
     file, shared by items; through a chain of files), or by an inode (a hard link), and
-    files that meet nothing (``far``, but through a symlink to it, which is in every
-    scope, as a NOPREFIX version 2 file is, its names unread): alone as in the directory,
-    and the scope holds exactly those that meet."""
+    files that meet nothing (``far``, and a symlink to it): alone as in the directory, and
+    the scope holds exactly those that meet."""
     _single("m", cluster=40).write(tmp_path / "b")  # judged: mmv.b.m, cluster 40
     _single("b.x", cluster=41, flags=layout.FLAG_NOPREFIX).write(tmp_path / "a1")
     _single("b", cluster=42, flags=layout.FLAG_NOPREFIX, version=2).write(tmp_path / "a2")
@@ -73,13 +72,14 @@ def test_siblings_that_meet_and_that_do_not(tmp_path: Path) -> None:
     _single("n", cluster=41, item=2).write(tmp_path / "d1")  # cluster of a1, which meets b
     os.link(tmp_path / "b", tmp_path / "b_link")
     sample().write(tmp_path / "far")
-    (tmp_path / "far_sym").symlink_to("far")  # a symlink meets every file: with far's cluster
+    (tmp_path / "far_sym").symlink_to("far")  # outlined as far: meets far only
     assert _alone_as_in_directory(tmp_path) > 0
     only = scope(str(tmp_path), "c2", OPTIONS, Registry())
-    assert only == {"c1", "c2", "far_sym", "far", "a2"}
+    assert only == {"c1", "c2"}
     os.unlink(tmp_path / "b_link")
     only = scope(str(tmp_path), "b", OPTIONS, Registry())
-    assert only == {"b", "a1", "a2", "b.m", "a3", "d1", "far_sym", "far"}
+    assert only == {"b", "a1", "a2", "b.m", "a3", "d1"}
+    assert scope(str(tmp_path), "far", OPTIONS, Registry()) == {"far", "far_sym"}
 
 
 def test_the_agents_registry_is_followed(tmp_path: Path) -> None:
