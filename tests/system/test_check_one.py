@@ -6,6 +6,7 @@ pmcd).  And the work it costs is counted: the files fully read and validated."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,62 @@ def test_siblings_that_meet_and_that_do_not(tmp_path: Path) -> None:
     only = scope(str(tmp_path), "b", OPTIONS, Registry())
     assert only == {"b", "a1", "a2", "b.m", "a3", "d1"}
     assert scope(str(tmp_path), "far", OPTIONS, Registry()) == {"far", "far_sym"}
+
+
+def test_a_sibling_reached_through_a_version_2_name(tmp_path: Path) -> None:
+    """A NOPREFIX version 2 file asking for the judged file's cluster, whose metric ``a``
+    is a non-leaf of the prefixed file ``a``'s names: ``a`` refuses it, and the judged
+    file's verdict follows (the names of a version 2 file are in its strings)."""
+    _single("m", cluster=9).write(tmp_path / "a")
+    _single("a", cluster=5, flags=layout.FLAG_NOPREFIX, version=2).write(tmp_path / "b")
+    _single("c", cluster=5, item=3).write(tmp_path / "f")
+    _single("c", cluster=60).write(tmp_path / "z")
+    assert scope(str(tmp_path), "f", OPTIONS, Registry()) == {"a", "b", "f"}
+    assert _alone_as_in_directory(tmp_path) > 0
+
+
+def _random_directory(rng: random.Random, d: Path, files: int) -> None:
+    """``files`` small files meeting one another at random: few clusters, names and items
+    (cluster 0, NOPREFIX, version 2, spilled items, a reserved name, a hard link)."""
+    for k in range(files):
+        flags = layout.FLAG_NOPREFIX if rng.random() < 0.4 else 0
+        cluster = rng.choice([0, 5, 5, 6, 7, 8, 9, rng.randint(1, 4095)])
+        b = MmvBuilder(cluster=cluster, flags=flags, version=rng.choice([1, 2]))
+        for j in range(rng.randint(1, 3)):
+            name = rng.choice(["a", "b", "a.x", "b.y", "c", f"m{j}", "f1", "f1.z", "control.q"])
+            if all(m.name != name for m in b.metrics):
+                b.metrics.append(Metric(name, rng.choice([1, 2, 3, 1500, j + 1]), layout.TYPE_U32))
+                b.values.append(Value(name, None, 3))
+        path = d / (rng.choice(["f1", "f2", "a", "b", "f1.z", "g"]) + rng.choice(["", str(k)]))
+        if not path.exists():
+            b.write(path)
+    first = d / sorted(os.listdir(d))[0]
+    if rng.random() < 0.3 and not (d / f"z{first.name}").exists():
+        os.link(first, d / f"z{first.name}")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_directories_alone_as_in_the_directory(tmp_path: Path, seed: int) -> None:
+    """Directories of files meeting one another at random, half of them with the registry
+    an agent wrote before some files left and others came: every file alone as in its
+    directory."""
+    rng = random.Random(seed)
+    d = tmp_path / "mmv"
+    d.mkdir()
+    _random_directory(rng, d, rng.randint(3, 25))
+    options = OPTIONS
+    if seed % 2:
+        path = tmp_path / "registry.json"
+        agent = ServingOptions(registry=str(path))
+        built = assemble(agent, str(d), RegistryChoice(str(tmp_path)))
+        built.scanner.refresh(force=True)
+        built.registry.save()
+        for name in sorted(os.listdir(d)):
+            if rng.random() < 0.3:
+                os.unlink(d / name)
+        _random_directory(rng, d, rng.randint(1, 10))
+        options = ServingOptions(owners=(os.getuid(),), registry=str(path))
+    _alone_as_in_directory(d, options)
 
 
 def test_the_agents_registry_is_followed(tmp_path: Path) -> None:
