@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pmda_mmv.agent.options import ServingOptions
@@ -71,14 +70,17 @@ def scope(
         return {name}  # gone: the verdict says so
     if ignore_reason(name) is not None or not stat.S_ISREG(st.st_mode):
         return None if stat.S_ISLNK(st.st_mode) else {name}
-    own = outline(path)
+    own = outline(path)  # a symlink: not followed (the whole directory, above)
     if own is None:
         return {name}  # never served: nothing beside it decides why
     if own.cluster == 0 or st.st_nlink > 1 or not own.complete:
         return None
     target = _File(name, own)
     _keys(target, registry)
-    others = list(_others(directory, name, registry))
+    try:
+        others = _others(directory, name, registry)
+    except OSError:
+        return None
     if any(f.parts is None for f in (target, *others)):
         return None  # a NOPREFIX file's names unread: it may meet any file
     if not _within_totals(target, others, options, registry):
@@ -86,17 +88,26 @@ def scope(
     return {name, *(f.name for f in _meeting(target, others))}
 
 
-def _others(directory: str, name: str, registry: Registry) -> Iterable[_File]:
-    """The outlines of the directory's other entries the agent may serve, with their keys."""
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.name == name or ignore_reason(entry.name) is not None:
-                continue
-            found = outline(entry.path, follow=entry.is_symlink())
-            if found is not None:
-                other = _File(entry.name, found)
-                _keys(other, registry)
-                yield other
+def _others(directory: str, name: str, registry: Registry) -> list[_File]:
+    """The outlines of the directory's other entries the agent may serve, with their keys
+    (a symlink outlined as its target).  Raises OSError when the directory cannot be read."""
+    others = []
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                if entry.name == name or ignore_reason(entry.name) is not None:
+                    continue
+                if entry.is_symlink():
+                    found = outline(os.path.realpath(os.path.join(directory, entry.name)))
+                else:
+                    found = outline(entry.name, dir_fd)
+                if found is not None:
+                    others.append(_File(entry.name, found))
+                    _keys(others[-1], registry)
+    finally:
+        os.close(dir_fd)
+    return others
 
 
 def _keys(f: _File, registry: Registry) -> None:

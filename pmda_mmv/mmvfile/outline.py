@@ -13,17 +13,16 @@ change the agent's verdict on it (:mod:`pmda_mmv.commands.checkscope`).
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field
 
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import MmvError
+from pmda_mmv.mmvfile.opener import open_regular
 from pmda_mmv.mmvfile.parse.header import read_header
 from pmda_mmv.mmvfile.parse.strings import cstring
 
 HEAD = 16384
 """Bytes read from the start of each file: a small file's header, TOC and metrics."""
-FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 @dataclass(slots=True)
@@ -61,18 +60,16 @@ class Outline:
         return n
 
 
-def outline(path: str, follow: bool = False) -> Outline | None:
-    """The outline of the file at ``path`` (a symlink is not followed); None when the
-    agent would not serve it at all: it cannot be opened or is not a regular file, or its
-    header is refused or not ready.  ``follow``: a symlink is followed."""
+def outline(path: str, dir_fd: int | None = None) -> Outline | None:
+    """The outline of the file at ``path`` (relative to ``dir_fd`` when given; its last
+    component never followed, nothing but a regular file opened: :func:`~.opener.open_regular`);
+    None when the agent would not serve it at all: it cannot be opened or is not a regular
+    file, or its header is refused or not ready."""
     try:
-        fd = os.open(path, FLAGS & ~os.O_NOFOLLOW if follow else FLAGS)
-    except OSError:
+        fd, st = open_regular(path, dir_fd)
+    except OSError:  # NotRegular too
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
         head = os.pread(fd, HEAD, 0)
         if len(head) < layout.HEADER_SIZE:
             return None  # not written yet, too small, or changed while read

@@ -97,7 +97,8 @@ def test_a_sibling_reached_through_a_version_2_name(tmp_path: Path) -> None:
 
 def _random_directory(rng: random.Random, d: Path, files: int) -> None:
     """``files`` small files meeting one another at random: few clusters, names and items
-    (cluster 0, NOPREFIX, version 2, spilled items, a reserved name, a hard link)."""
+    (cluster 0, NOPREFIX, version 2, spilled items, a reserved name, a hard link, a
+    symlink)."""
     for k in range(files):
         flags = layout.FLAG_NOPREFIX if rng.random() < 0.4 else 0
         cluster = rng.choice([0, 5, 5, 6, 7, 8, 9, rng.randint(1, 4095)])
@@ -110,9 +111,11 @@ def _random_directory(rng: random.Random, d: Path, files: int) -> None:
         path = d / (rng.choice(["f1", "f2", "a", "b", "f1.z", "g"]) + rng.choice(["", str(k)]))
         if not path.exists():
             b.write(path)
-    first = d / sorted(os.listdir(d))[0]
-    if rng.random() < 0.3 and not (d / f"z{first.name}").exists():
-        os.link(first, d / f"z{first.name}")
+    first, last = sorted(os.listdir(d))[0], sorted(os.listdir(d))[-1]
+    if rng.random() < 0.3 and not os.path.lexists(d / f"z{first}"):
+        os.link(d / first, d / f"z{first}")
+    if rng.random() < 0.3 and not os.path.lexists(d / f"s{last}"):
+        (d / f"s{last}").symlink_to(last)
 
 
 @pytest.mark.parametrize("seed", range(30))
