@@ -2,7 +2,8 @@
 
 ``check [--json] [--owners USERS] [--prefix P] [--max-size MIB] FILE|DIR...`` judges each
 file as the agent does, in its directory, with the agent's own Scanner and Catalogue (a
-directory: every entry, sorted): ``ok`` (all of it served), ``partial`` (part of it
+directory: every entry, sorted; one file of a directory: beside the entries that can change
+the verdict on it, :mod:`~.checkscope`): ``ok`` (all of it served), ``partial`` (part of it
 skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer has exited),
 ``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
 (a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
@@ -32,7 +33,9 @@ from typing import Any, TextIO
 
 from pmda_mmv.agent.assembly import RegistryChoice, assemble
 from pmda_mmv.agent.options import ServingOptions, add_serving_options, serving_options
+from pmda_mmv.commands.checkscope import scope
 from pmda_mmv.commands.pcpenv import tmp_dir, var_dir
+from pmda_mmv.directory import fdlimit
 from pmda_mmv.directory.filestate import (
     IGNORED,
     OK,
@@ -51,10 +54,12 @@ Doc = dict[str, Any]
 
 class Directory:
     """The agent's judgement of one directory: a :class:`~.scanner.Scanner` and
-    :class:`~.catalogue.Catalogue` built with the agent's options, after one full scan.
-    :meth:`verdict` is what the agent does with one entry, and why."""
+    :class:`~.catalogue.Catalogue` built with the agent's options, after one full scan
+    (with ``one``, of the entries that can change the agent's verdict on entry ``one``
+    only: :mod:`~.checkscope`).  :meth:`verdict` is what the agent does with one entry,
+    and why."""
 
-    def __init__(self, directory: str, options: ServingOptions) -> None:
+    def __init__(self, directory: str, options: ServingOptions, one: str | None = None) -> None:
         self.directory = directory
         self.domain = options.domain
         # read only: check never changes it; the agent's only for the agent's directory
@@ -62,7 +67,31 @@ class Directory:
         built = assemble(options, directory, RegistryChoice(var_dir(), agent_directory))
         self.registry, self.catalogue = built.registry, built.catalogue
         self.families, self.scanner = built.families, built.scanner
+        if one is not None:
+            self.scanner.only = scope(directory, one, options, self.registry)
         self.scanner.refresh(force=True)
+
+    @property
+    def scoped(self) -> bool:
+        """Whether only some entries were judged (:mod:`~.checkscope`)."""
+        return self.scanner.only is not None
+
+    def settled(self, name: str) -> bool:
+        """Whether the verdict on entry ``name`` is the same whatever files beside it were
+        left out of the scope: it was not moved to another cluster than the one it asked
+        for, and no metric of it spilled (those take free clusters, which every file of
+        the directory decides)."""
+        state = self.scanner.states.get(name)
+        entry = state.entry if state is not None else None
+        if entry is None:
+            return True
+        moved = entry.identity or entry.cluster != entry.mf.header.cluster
+        return not moved and not any(sm.metric.spill for sm in entry.metrics)
+
+    def close(self) -> None:
+        """Close the served files (a scoped judgement given up for the whole one)."""
+        for entry in self.scanner.served():
+            entry.mf.close()
 
     def entries(self) -> list[str]:
         """Every entry of the directory, ignored ones too, sorted."""
@@ -166,15 +195,21 @@ class Directory:
 
 def judge(paths: Iterable[str], options: ServingOptions) -> list[Doc]:
     """The agent's verdict on each path: a directory's every entry (sorted), or one
-    entry judged in its own directory with the files beside it."""
+    entry judged in its own directory with the files beside it (when it is the only one
+    of its directory given, with only those that can change its verdict: :mod:`~.checkscope`)."""
+    paths = list(paths)
     dirs: dict[str, Directory | Doc] = {}
+    given: dict[str, int] = {}
+    for path in paths:
+        key = os.path.realpath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+        given[key] = given.get(key, 0) + (1 if not os.path.isdir(path) else 2)
 
-    def directory(d: str) -> Directory | Doc:
+    def directory(d: str, one: str | None = None) -> Directory | Doc:
         key = os.path.realpath(d)
         if key not in dirs:
             try:
                 os.listdir(d)
-                dirs[key] = Directory(d, options)
+                return _directory(d, options, one if given[key] == 1 else None, dirs, key)
             except OSError as e:
                 problem = {"field": "file", "offset": -1, "message": f"cannot list: {e.strerror}"}
                 dirs[key] = {"status": REFUSED, "problems": [problem]}
@@ -190,12 +225,25 @@ def judge(paths: Iterable[str], options: ServingOptions) -> list[Doc]:
             results += [d.verdict(n, os.path.join(path, n)) for n in d.entries()]
             continue
         parent = os.path.dirname(path) or "."
-        d = directory(parent)
+        d = directory(parent, os.path.basename(path))
         if isinstance(d, dict):
             results.append({"file": path, **d})
         else:
             results.append(d.verdict(os.path.basename(path), path))
     return results
+
+
+def _directory(
+    d: str, options: ServingOptions, one: str | None, dirs: dict[str, Directory | Doc], key: str
+) -> Directory:
+    """The judgement of directory ``d`` (for entry ``one`` only, when given), kept in
+    ``dirs``: the whole directory's when the scoped verdict is not :meth:`Directory.settled`."""
+    judged = Directory(d, options, one)
+    if one is not None and judged.scoped and not judged.settled(one):
+        judged.close()
+        judged = Directory(d, options)
+    dirs[key] = judged
+    return judged
 
 
 # -- text rendering ------------------------------------------------------------------------
@@ -296,6 +344,7 @@ def main(argv: Sequence[str]) -> int:
         options = serving_options(parser, ns)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 for --help
         return e.code if isinstance(e.code, int) else 2
+    fdlimit.raise_soft_limit()  # as the agent does: the same descriptor budget
     return check(ns.paths, ns.json, sys.stdout, options)
 
 

@@ -39,7 +39,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
 from pmda_mmv.directory.containers import Containers
@@ -124,6 +124,7 @@ class Scanner:
         self._dirty_lock = threading.Lock()
         self._heavy_turn = False  # this request, heavy files are not left for later
         self.containers: Containers | None = None  # --containers (containers.py)
+        self.only: Collection[str] | None = None  # the entries listed (None: every one)
 
     # -- queries
 
@@ -291,7 +292,10 @@ class Scanner:
         self.rescans += 1
         self._directory_changed()
         try:
-            names = sorted(n for n in os.listdir(self.directory) if ignore_reason(n) is None)
+            listed = os.listdir(self.directory)
+            if self.only is not None:  # check FILE: the entries that can change its verdict
+                listed = [n for n in listed if n in self.only]
+            names = sorted(n for n in listed if ignore_reason(n) is None)
             self._list_error = None
         except OSError as e:
             if e.strerror != self._list_error:  # once per new error, not per request

@@ -14,7 +14,6 @@ even list it.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import shutil
 import subprocess
@@ -30,89 +29,16 @@ from pmda_mmv.commands import dump
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.rules import printable
 from tests.support import hostile, mmvbuild
-from tests.support.mmvbuild import Metric, MmvBuilder, Value, sample
+from tests.support.crafted import crafted, single
+from tests.support.mmvbuild import Metric, sample
 from tests.support.pmcd import VALUE_LINE, PrivatePmcd, make_dir, our_agent
 from tests.support.writers import reference
 
-DATA = Path(__file__).parents[1] / "data"
 UID = os.getuid()
 OPTIONS = ("--owners", str(UID))  # the agent's options, given to check too
 PMCD_STATES = ("ok", "partial", "not-ready", "refused", "no-writer")
 """The states a file loaded once can have (``exited``: only a writer followed, then gone,
 tests/system/test_containers.py and tests/system/test_liveness.py)."""
-WRITERS: list[mmap.mmap] = []  # this process, the writer of proc_live: its mapping of it
-
-
-def _single(name: str, *, cluster: int, flags: int = 0, mtype: int = layout.TYPE_U32) -> MmvBuilder:
-    b = MmvBuilder(cluster=cluster, flags=flags)
-    b.metrics.append(Metric(name, 1, mtype))
-    b.values.append(Value(name, None, 3))
-    return b
-
-
-def _dead_pid() -> int:
-    """The pid of a process that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def crafted(d: Path) -> None:
-    """The crafted files: the issue's table, each policy of the scanner, test_inspect's
-    four statuses, every tests/support/hostile.py shape (small) and tests/data/hardening."""
-    sample(3).write(d / "ok")
-    partial = sample(2)
-    partial.metrics[0].item = 5000
-    partial.write(d / "partial")
-    sample().build().patch("header", 0, "g2", 0).write(d / "notready")
-    sample().build().patch("header", 0, "version", 9).write(d / "refused")
-    sample().write(d / "client-123")  # not a name component (Speed's issue #53)
-    sample().write(d / ".hidden")
-    gone = sample()
-    gone.flags, gone.process = layout.FLAG_PROCESS, _dead_pid()
-    gone.write(d / "proc_gone")
-    minus = sample()
-    minus.flags, minus.process = layout.FLAG_PROCESS, -1
-    minus.write(d / "proc_minus")
-    live = sample()
-    live.flags, live.process = layout.FLAG_PROCESS, os.getpid()
-    live.write(d / "proc_live")
-    with open(d / "proc_live", "rb") as f:  # a live writer maps its file
-        WRITERS.append(mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ))
-    clash = _single("a.b", cluster=31)
-    clash.metrics.append(Metric("a.b.c", 2))
-    clash.values.append(Value("a.b.c", None, 4))
-    clash.write(d / "clash")
-    _single("shared.m", cluster=32, flags=layout.FLAG_NOPREFIX).write(d / "np_first")
-    _single("shared.m", cluster=33, flags=layout.FLAG_NOPREFIX, mtype=layout.TYPE_U64).write(
-        d / "np_second"
-    )
-    _single("control.x", cluster=34, flags=layout.FLAG_NOPREFIX).write(d / "np_control")
-    help256 = sample()
-    help256.metrics[0].shorthelp = b"s" * layout.STRING_SIZE  # as Speed writes
-    help256.write(d / "help256")
-    (d / "empty").touch()
-    os.mkfifo(d / "fifo")
-    (d / "sub").mkdir()
-    (d / "link").symlink_to("ok")
-    (d / "away").symlink_to(d.parent)
-    stranger = _single("m", cluster=35)
-    stranger.write(d / "stranger")
-    if UID == 0:
-        os.chown(d / "stranger", 65534, 65534)  # not an owner --owners names
-    hostile.many_sections(d, 40)
-    hostile.many_sections(d, 40, overlap=True)
-    hostile.fan_out(d, 20, 5)
-    hostile.orphan_values(d, 40)
-    hostile.orphan_values(d, 40, instance=True)
-    hostile.empty_files(d, 2)
-    hostile.escapes(d)
-    hostile.label_flood(d, 300)
-    hostile.label_flood(d, 300, nested=True, cluster=207)
-    hostile.instance_labels(d, 10, 10)
-    for path in sorted((DATA / "hardening").glob("*.mmv")):
-        shutil.copyfile(path, d / path.name)  # as named: not a name component
-        shutil.copyfile(path, d / ("hard_" + path.stem.replace("-", "_")))
 
 
 @dataclass
@@ -267,7 +193,7 @@ def test_help_slot_without_nul_is_served_as_c_serves_it(
 ) -> None:
     """Speed fills a 256-byte help slot with no NUL: the agent serves its first 255 bytes,
     as the C agent does, and check, the log and the status metric call the file partial."""
-    b = _single("m", cluster=40)
+    b = single("m", cluster=40)
     b.metrics[0].shorthelp = b"x" * layout.STRING_SIZE
     b.write(private_mmv_dir / "speedy")
     pmcd = private_pmcd(our_agent(private_mmv_dir, "--status-metrics"))
@@ -292,7 +218,7 @@ def test_help_slot_without_nul_is_served_as_c_serves_it(
 def test_debug_says_partial_when_check_does(tmp_path: Path) -> None:
     """``debug`` prints the agent's verdict for a served file: partial after the skipped
     metric's line, as check says (it printed ``ok`` before)."""
-    clash = _single("a.b", cluster=41)
+    clash = single("a.b", cluster=41)
     clash.metrics.append(Metric("a.b.c", 2))
     clash.write(tmp_path / "clash")
     done = subprocess.run(
@@ -316,11 +242,11 @@ def test_debug_says_partial_when_check_does(tmp_path: Path) -> None:
 def test_check_json_names_the_file_that_won(tmp_path: Path) -> None:
     """NOPREFIX names and clusters: the file that won a conflict is named, and the reserved
     subtree is the agent's."""
-    _single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX).write(tmp_path / "first")
-    _single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX, mtype=layout.TYPE_U64).write(
+    single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX).write(tmp_path / "first")
+    single("shared.m", cluster=50, flags=layout.FLAG_NOPREFIX, mtype=layout.TYPE_U64).write(
         tmp_path / "second"
     )
-    _single("control.x", cluster=51, flags=layout.FLAG_NOPREFIX).write(tmp_path / "third")
+    single("control.x", cluster=51, flags=layout.FLAG_NOPREFIX).write(tmp_path / "third")
     by = {Path(r["file"]).name: r for r in check_dir(tmp_path)}
     assert (by["first"]["status"], by["first"]["served"], by["first"]["cluster"]) == (
         "ok",
