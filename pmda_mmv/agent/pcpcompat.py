@@ -205,31 +205,32 @@ class PmdaTables:
 
     def names(self) -> list[str]:
         """The metric names served, sorted."""
-        return sorted(self.pmda._metric_names_map)
+        return sorted(self.pmda._metric_names.values())
 
     def add_metric(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
-        """Serve ``metric`` (from :func:`metric`) as ``name``."""
+        """Serve ``metric`` (from :func:`metric`) as ``name`` (the caller keeps names
+        unique: the catalogue's name rules).  Only what cpmda reads is kept: the table
+        entry, the name by PMID and the help text; python3-pcp's own dictionaries by name
+        and of entries by PMID stay empty (cpmda never reads them)."""
         p, pmid = self.pmda, pmid_of(metric)
-        if name in p._metric_names_map or pmid in p._metrics:
-            raise KeyError(f"metric {name} or its PMID is already served")
+        if pmid in p._metric_names:
+            raise KeyError(f"metric {name}: its PMID is already served")
         if self.removed.pop(pmid, None) != (name, metric):
             self.changed = True
         self.metric_slots[pmid] = len(p._metrictable)
         p._metrictable.append(metric)
-        p._metrics[pmid] = metric
         p._metric_names[pmid] = name
-        p._metric_names_map[name] = pmid
         _put(p._metric_oneline, pmid, oneline)
         _put(p._metric_helptext, pmid, text)
 
-    def remove_metric(self, name: str) -> None:
-        """Stop serving the metric ``name``."""
+    def remove_metric(self, pmid: int) -> None:
+        """Stop serving the metric of ``pmid``."""
         p = self.pmda
-        pmid = p._metric_names_map.pop(name)
+        name = p._metric_names.pop(pmid)
         old = _take(p._metrictable, self.metric_slots, pmid, pmid_of)
         if old is not None and pmid not in self.removed:
             self.removed[pmid] = (name, old)
-        for table in (p._metrics, p._metric_names, p._metric_oneline, p._metric_helptext):
+        for table in (p._metric_oneline, p._metric_helptext):
             table.pop(pmid, None)
 
     def serve_instances(

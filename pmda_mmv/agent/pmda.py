@@ -196,8 +196,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def _add(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
         self.pcp_tables.add_metric(name, metric, oneline, text)
 
-    def _remove(self, name: str) -> None:
-        self.pcp_tables.remove_metric(name)
+    def _remove(self, cluster: int, item: int) -> None:
+        self.pcp_tables.remove_metric(self.pmid(cluster, item))
 
     def _commit(self) -> None:
         """Tell python3-pcp of the table edits, if any changed what it copies: it then
@@ -260,9 +260,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         for serial in plan.serials:
             self._serve_indom(serial)
         for cluster, item in plan.pmids:  # every old name leaves before any new one arrives
-            old = self.model.unserve_metric(cluster, item)
-            if old is not None:
-                self._remove(old)
+            if self.model.unserve_metric(cluster, item) is not None:
+                self._remove(cluster, item)
         for cluster, item in plan.pmids:
             self._serve_metric(cluster, item)
         if plan.names:

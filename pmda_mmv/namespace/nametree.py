@@ -31,6 +31,11 @@ _NONE: Final[dict[str, _Node]] = {}
 """The ``below`` of every node with nothing below it (a leaf): one empty dict, never
 written, not one per name."""
 
+_LEAF: Final = _Node()
+"""The node of every served name: one node, never written, not one per name (a served
+name has nothing below it, so its node is always the same: one name at it, a leaf)."""
+_LEAF.leaves, _LEAF.leaf = 1, True
+
 
 class _Leaves(Set[str]):
     """The served names, read from the tree (no set of its own: one entry per name)."""
@@ -96,8 +101,9 @@ class NameTree:
 
     def claim(self, name: str) -> None:
         """Serve ``name`` (``conflict`` said None)."""
+        *path, last = name.split(".")
         node = self._root
-        for part in name.split("."):
+        for part in path:
             below = node.below.get(part)
             if below is None:
                 if node.below is _NONE:
@@ -105,7 +111,9 @@ class NameTree:
                 below = node.below[shared(part)] = _Node()
             below.leaves += 1
             node = below
-        node.leaf = True
+        if node.below is _NONE:
+            node.below = {}
+        node.below[shared(last)] = _LEAF
 
     def release(self, name: str) -> None:
         """Stop serving ``name``; nodes left with no name below them go."""
@@ -114,14 +122,13 @@ class NameTree:
         node = self._root
         for part in name.split("."):
             below = node.below[part]
-            below.leaves -= 1
-            if not below.leaves:
+            if below is _LEAF or below.leaves == 1:
                 del node.below[part]  # and everything below it: no name is left there
                 if not node.below:
                     node.below = _NONE
                 return
+            below.leaves -= 1
             node = below
-        node.leaf = False
 
     def blocking(self, name: str) -> list[str]:
         """The served names that keep ``name`` from being a leaf: itself, the leaf above
