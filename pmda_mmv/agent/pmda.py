@@ -174,7 +174,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def metrics_value(self) -> int:
         """mmv.control.metrics: one per PMID, however many files share it (PCP QA 648)."""
-        return len(self.model.served_names)
+        return self.model.served
 
     def _add_own(self, item: int, metric: ControlMetric, indom: int) -> None:
         pmid, none = self.pmid(CONTROL_CLUSTER, item), bytes(4)
@@ -260,7 +260,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         for serial in plan.serials:
             self._serve_indom(serial)
         for cluster, item in plan.pmids:  # every old name leaves before any new one arrives
-            if self.model.unserve_metric(cluster, item) is not None:
+            if self.model.unserve_metric(cluster, item):
                 self._remove(cluster, item)
         for cluster, item in plan.pmids:
             self._serve_metric(cluster, item)

@@ -113,13 +113,13 @@ class Serving:
         self.families = families
         self.log = log
         self.tables: dict[int, Table] = {}  # pmid_key(cluster, item) -> table builder
-        self.served_names: dict[int, str] = {}  # pmid_key(cluster, item) -> name
+        self.own: set[int] = set()  # the keys of the agent's own metrics in tables
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
         # the first file serving each instance of a PCP indom (internal id, as on disk),
         # built at the first request after a change to the indom's files
         self.instance_indoms: dict[int, dict[int, ServedIndom]] = {}
-        # each file's table builder of a PMID: kept while the file serves it, so that a
-        # file more makes one builder, not one per file sharing the PMID
+        # each file's table builder of a PMID several files share: kept while the file
+        # serves it, so that a file more makes one builder, not one per file sharing it
         self.parts: dict[str, dict[int, Table]] = {}
         # this fetch's: snapshots per file name, values per cluster and item, and the
         # results that are not values per key
@@ -135,18 +135,38 @@ class Serving:
         def control_table() -> Built:
             return {PM_IN_NULL: read()}, {}
 
-        self.tables[pmid_key(CONTROL_CLUSTER, item)] = control_table
+        self._own(pmid_key(CONTROL_CLUSTER, item), control_table)
 
     def serve_status(self, states: Mapping[str, FileState]) -> None:
         """Serve the per-file status metrics over ``states`` (the scanner's, live), and
         their count per state."""
         for item, status in FILE_STATUS.items():
-            self.tables[pmid_key(CONTROL_CLUSTER, item)] = status_table(states, status.read)
+            self._own(pmid_key(CONTROL_CLUSTER, item), status_table(states, status.read))
 
         def by_state() -> Built:
             return state_counts(states), {}
 
-        self.tables[pmid_key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
+        self._own(pmid_key(CONTROL_CLUSTER, FILES_BY_STATE), by_state)
+
+    def _own(self, k: int, table: Table) -> None:
+        self.tables[k] = table
+        self.own.add(k)
+
+    @property
+    def served(self) -> int:
+        """How many PMIDs the files serve (the agent's own metrics aside)."""
+        return len(self.tables) - len(self.own)
+
+    @property
+    def served_names(self) -> dict[int, str]:
+        """The names served by PMID key, read from the catalogue at each call (no
+        dictionary of names kept: a name costs its entry in the catalogue only)."""
+        sources = self.catalogue.sources
+        return {
+            k: sources[(k >> 10, k & 1023)][0].name
+            for k in self.tables
+            if k not in self.own and sources.get((k >> 10, k & 1023))
+        }
 
     # -- applying the scanner's changes
 
@@ -207,11 +227,9 @@ class Serving:
         first = sources[0].indom
         return MergedIndom(insts, first.shorthelp, first.longhelp)
 
-    def unserve_metric(self, cluster: int, item: int) -> str | None:
-        """Stop serving a PMID; returns the name it was served under (None: not served)."""
-        k = pmid_key(cluster, item)
-        self.tables.pop(k, None)
-        return self.served_names.pop(k, None)
+    def unserve_metric(self, cluster: int, item: int) -> bool:
+        """Stop serving a PMID; whether it was served."""
+        return self.tables.pop(pmid_key(cluster, item), None) is not None
 
     def serve_metric(self, cluster: int, item: int) -> ServedMetric | None:
         """Serve a PMID from the files serving it now: returns the first file's metric (in
@@ -221,12 +239,11 @@ class Serving:
         if not sources:
             return None
         k = pmid_key(cluster, item)
-        self.served_names[k] = sources[0].name
         family = self.families.by_cluster.get(cluster)
         if family is not None:
             self.tables[k] = FamilyTable(family, sources[0], self._member_part)
-        elif len(sources) == 1:
-            self.tables[k] = self._part(sources[0], k)
+        elif len(sources) == 1:  # its own builder, not kept in parts: a dict entry less a name
+            self.tables[k] = self.file_table(self.catalogue.files[sources[0].file], sources[0])
         else:
             self.tables[k] = self._shared(list(sources), k)
         return sources[0]
