@@ -161,11 +161,9 @@ class Serving:
     def served_names(self) -> dict[int, str]:
         """The names served by PMID key, read from the catalogue at each call (no
         dictionary of names kept: a name costs its entry in the catalogue only)."""
-        sources = self.catalogue.sources
+        pmids = ((k, (k >> 10, k & 0x3FF)) for k in self.tables if k not in self.own)
         return {
-            k: sources[(k >> 10, k & 1023)][0].name
-            for k in self.tables
-            if k not in self.own and sources.get((k >> 10, k & 1023))
+            k: self.catalogue.sources[p][0].name for k, p in pmids if p in self.catalogue.sources
         }
 
     # -- applying the scanner's changes
