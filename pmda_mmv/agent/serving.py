@@ -112,7 +112,9 @@ class Serving:
         self.catalogue = catalogue
         self.families = families
         self.log = log
-        self.tables: dict[int, Table] = {}  # pmid_key(cluster, item) -> table builder
+        # pmid_key(cluster, item) -> its table builder, or the metric of the one file
+        # serving it (its builder made by the fetch that asks for it: none kept a name)
+        self.tables: dict[int, Table | ServedMetric] = {}
         self.own: set[int] = set()  # the keys of the agent's own metrics in tables
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
         # the first file serving each instance of a PCP indom (internal id, as on disk),
@@ -240,8 +242,8 @@ class Serving:
         family = self.families.by_cluster.get(cluster)
         if family is not None:
             self.tables[k] = FamilyTable(family, sources[0], self._member_part)
-        elif len(sources) == 1:  # its own builder, not kept in parts: a dict entry less a name
-            self.tables[k] = self.file_table(self.catalogue.files[sources[0].file], sources[0])
+        elif len(sources) == 1:
+            self.tables[k] = sources[0]
         else:
             self.tables[k] = self._shared(list(sources), k)
         return sources[0]
@@ -328,6 +330,8 @@ class Serving:
             if build is None:
                 return ERR_PMID
             try:
+                if isinstance(build, ServedMetric):  # one file's: its builder, for this fetch
+                    build = self.file_table(self.catalogue.files[build.file], build)
                 built = build()
             except Exception as e:
                 self.log(f"fetch {cluster}.{item}: {type(e).__name__}: {e}")
@@ -346,11 +350,11 @@ class Serving:
     def file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
         """The table builder of one file's metric: (values, other results) by unsigned
         instance id, from this fetch's snapshot of the file."""
-        keys = sm.indom.keys if sm.indom else SINGULAR
         if sm.metric.type == layout.TYPE_NOSUPPORT:
+            keys = sm.indom.keys if sm.indom else SINGULAR
             unsupported = {k: [PM_ERR_APPVERSION, 0] for k in keys}
             return lambda: ({}, unsupported)
-        return FileTable(sm, entry, self.snaps, keys)
+        return FileTable(sm, entry, self.snaps)
 
     # -- labels
 

@@ -43,7 +43,8 @@ def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> Non
 class ServedIndom:
     """One instance domain as served: PCP ``serial`` (domain added by the agent), the file's
     indom (instances, help), labels (JSON object text, "" when none), per-instance labels
-    and ``keys`` (unsigned instance ids in the order of the value index)."""
+    and ``keys`` (unsigned instance ids in the order of the value index; ``dense`` when
+    they are 0..n-1)."""
 
     serial: int
     indom: Indom
@@ -52,11 +53,13 @@ class ServedIndom:
     instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
     keys: list[int] = field(default_factory=list)
     file: str = ""  # the file serving it
+    dense: bool = False
 
     def __post_init__(self) -> None:
         # Instance ids in position order, as pmcd hands them to python3-pcp callbacks:
         # unsigned ("(iiI)"), so that an int32 id of -5 is 4294967291.
         self.keys = [i.internal & 0xFFFFFFFF for i in self.indom.instances]
+        self.dense = self.keys == list(range(len(self.keys)))
 
 
 @dataclass(slots=True)
