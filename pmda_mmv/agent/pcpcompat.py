@@ -185,9 +185,10 @@ class PmdaTables:
 
     python3-pcp keeps them in lists and dicts it shares with libpcp_pmda; its
     ``add_indom``, ``remove_metric`` and ``replace_indom`` search a whole list, so a change
-    would cost as much as everything served.  This keeps each entry's position instead and
+    would cost as much as everything served.  This keeps each indom's position instead and
     removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
-    not position).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
+    not position); the metric table is written whole from :attr:`entries` at a commit
+    that changes it (a list copy, where cpmda then copies and rehashes all of it anyway).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
     as "" (python3-pcp itself serves "" for both).
 
     Any change makes cpmda rebuild its whole namespace and metric table at the next
@@ -198,7 +199,7 @@ class PmdaTables:
 
     def __init__(self, pmda: Any) -> None:
         self.pmda = pmda
-        self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
+        self.entries: dict[int, bytes] = {}  # PMID -> its metric table entry
         self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
         self.removed: dict[int, tuple[str, bytes]] = {}  # since commit: PMID -> (name, desc)
         self.changed = False  # since commit: a change cpmda must copy
@@ -215,10 +216,12 @@ class PmdaTables:
         p, pmid = self.pmda, pmid_of(metric)
         if pmid in p._metric_names:
             raise KeyError(f"metric {name}: its PMID is already served")
-        if self.removed.pop(pmid, None) != (name, metric):
+        old = self.removed.pop(pmid, None)
+        if old is not None and old == (name, metric):
+            metric = old[1]  # the entry still in the table: not a second copy
+        else:
             self.changed = True
-        self.metric_slots[pmid] = len(p._metrictable)
-        p._metrictable.append(metric)
+        self.entries[pmid] = metric
         p._metric_names[pmid] = name
         _put(p._metric_oneline, pmid, oneline)
         _put(p._metric_helptext, pmid, text)
@@ -227,8 +230,8 @@ class PmdaTables:
         """Stop serving the metric of ``pmid``."""
         p = self.pmda
         name = p._metric_names.pop(pmid)
-        old = _take(p._metrictable, self.metric_slots, pmid, pmid_of)
-        if old is not None and pmid not in self.removed:
+        old = self.entries.pop(pmid)
+        if pmid not in self.removed:
             self.removed[pmid] = (name, old)
         for table in (p._metric_oneline, p._metric_helptext):
             table.pop(pmid, None)
@@ -271,6 +274,7 @@ class PmdaTables:
         changed = self.changed or bool(self.removed)
         self.changed, self.removed = False, {}
         if changed:
+            self.pmda._metrictable[:] = self.entries.values()
             cpmda.set_need_refresh()
         return changed
 
