@@ -188,8 +188,14 @@ class PmdaTables:
     would cost as much as everything served.  This keeps each indom's position instead and
     removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
     not position); the metric table is written whole from :attr:`entries` at a commit
-    that changes it (a list copy, where cpmda then copies and rehashes all of it anyway).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
-    as "" (python3-pcp itself serves "" for both).
+    that changes it (a list copy, where cpmda then copies and rehashes all of it anyway).
+    Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served as ""
+    (python3-pcp itself serves "" for both).
+
+    Kept a name: the table entry (32 bytes of C structure), the name by PMID (cpmda builds
+    libpcp_pmda's namespace from it at each rebuild) and the help text by PMID (cpmda's
+    text callback looks it up in these dicts at each request, with ``PyDict_GetItem``: no
+    callback of ours can answer it, so they are real dicts; their texts are shared).
 
     Any change makes cpmda rebuild its whole namespace and metric table at the next
     request (``set_need_refresh``): so a batch of edits is told to cpmda once, by
