@@ -33,7 +33,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from pmda_mmv.mmvfile import layout
@@ -91,7 +91,7 @@ class Catalogue:
         self.files: dict[str, FileEntry] = {}
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
-        self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
+        self.leaf_pmid: Mapping[str, tuple[int, int]] = self.tree.values  # name -> PMID
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
         # of every file serving it, in file-name order; the first one describes it.
@@ -112,15 +112,13 @@ class Catalogue:
         sharing a cluster join it there, in file-name order."""
         pmid = (sm.cluster, sm.item)
         if pmid not in self.sources:
-            self.tree.claim(sm.name)
-            self.leaf_pmid[sm.name] = pmid
+            self.tree.claim(sm.name, pmid)
         self.sources.link(pmid, sm)
 
     def release_metric(self, sm: ServedMetric) -> None:
         """``sm`` is served no more; its name goes with the PMID's last source."""
         if not self.sources.unlink((sm.cluster, sm.item), sm):
             self.tree.release(sm.name)
-            self.leaf_pmid.pop(sm.name, None)
 
     def claim_indom(self, cluster: int, serial: int, si: ServedIndom) -> None:
         """Serve ``si`` as file indom ``serial`` of ``cluster``."""
