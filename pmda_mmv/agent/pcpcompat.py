@@ -232,10 +232,16 @@ class PmdaTables:
         _put(p._metric_oneline, pmid, oneline)
         _put(p._metric_helptext, pmid, text)
 
+    def metrics(self) -> int:
+        """How many metrics are served."""
+        return len(self.entries)
+
     def remove_metric(self, pmid: int) -> None:
-        """Stop serving the metric of ``pmid``."""
+        """Stop serving the metric of ``pmid`` (if it is served)."""
         p = self.pmda
-        name = p._metric_names.pop(pmid)
+        name = p._metric_names.pop(pmid, None)
+        if name is None:
+            return
         old = self.entries.pop(pmid)
         if pmid not in self.removed:
             self.removed[pmid] = (name, old)

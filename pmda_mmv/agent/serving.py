@@ -112,10 +112,10 @@ class Serving:
         self.catalogue = catalogue
         self.families = families
         self.log = log
-        # pmid_key(cluster, item) -> its table builder, or the metric of the one file
-        # serving it (its builder made by the fetch that asks for it: none kept a name)
-        self.tables: dict[int, Table | ServedMetric] = {}
-        self.own: set[int] = set()  # the keys of the agent's own metrics in tables
+        # pmid_key(cluster, item) -> its table builder: the agent's own metrics, families'
+        # and PMIDs files share; a PMID one file serves has none (read from the
+        # catalogue's sources by the fetch that asks for it: no entry a name)
+        self.tables: dict[int, Table] = {}
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
         # the first file serving each instance of a PCP indom (internal id, as on disk),
         # built at the first request after a change to the indom's files
@@ -137,36 +137,24 @@ class Serving:
         def control_table() -> Built:
             return {PM_IN_NULL: read()}, {}
 
-        self._own(pmid_key(CONTROL_CLUSTER, item), control_table)
+        self.tables[pmid_key(CONTROL_CLUSTER, item)] = control_table
 
     def serve_status(self, states: Mapping[str, FileState]) -> None:
         """Serve the per-file status metrics over ``states`` (the scanner's, live), and
         their count per state."""
         for item, status in FILE_STATUS.items():
-            self._own(pmid_key(CONTROL_CLUSTER, item), status_table(states, status.read))
+            self.tables[pmid_key(CONTROL_CLUSTER, item)] = status_table(states, status.read)
 
         def by_state() -> Built:
             return state_counts(states), {}
 
-        self._own(pmid_key(CONTROL_CLUSTER, FILES_BY_STATE), by_state)
-
-    def _own(self, k: int, table: Table) -> None:
-        self.tables[k] = table
-        self.own.add(k)
-
-    @property
-    def served(self) -> int:
-        """How many PMIDs the files serve (the agent's own metrics aside)."""
-        return len(self.tables) - len(self.own)
+        self.tables[pmid_key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
 
     @property
     def served_names(self) -> dict[int, str]:
-        """The names served by PMID key, read from the catalogue at each call (no
+        """The names the files serve by PMID key, read from the catalogue at each call (no
         dictionary of names kept: a name costs its entry in the catalogue only)."""
-        pmids = ((k, (k >> 10, k & 0x3FF)) for k in self.tables if k not in self.own)
-        return {
-            k: self.catalogue.sources[p][0].name for k, p in pmids if p in self.catalogue.sources
-        }
+        return {pmid_key(*p): sms[0].name for p, sms in self.catalogue.sources.items()}
 
     # -- applying the scanner's changes
 
@@ -227,9 +215,9 @@ class Serving:
         first = sources[0].indom
         return MergedIndom(insts, first.shorthelp, first.longhelp)
 
-    def unserve_metric(self, cluster: int, item: int) -> bool:
-        """Stop serving a PMID; whether it was served."""
-        return self.tables.pop(pmid_key(cluster, item), None) is not None
+    def unserve_metric(self, cluster: int, item: int) -> None:
+        """Stop serving a PMID."""
+        self.tables.pop(pmid_key(cluster, item), None)
 
     def serve_metric(self, cluster: int, item: int) -> ServedMetric | None:
         """Serve a PMID from the files serving it now: returns the first file's metric (in
@@ -243,7 +231,7 @@ class Serving:
         if family is not None:
             self.tables[k] = FamilyTable(family, sources[0], self._member_part)
         elif len(sources) == 1:
-            self.tables[k] = sources[0]
+            self.tables.pop(k, None)  # read from the catalogue's sources at the fetch
         else:
             self.tables[k] = self._shared(list(sources), k)
         return sources[0]
@@ -326,12 +314,10 @@ class Serving:
         k = pmid_key(cluster, item)
         cluster_values = self.results.setdefault(cluster, {})
         if item not in cluster_values:
-            build = self.tables.get(k)
+            build = self.tables.get(k) or self._one_file(cluster, item)
             if build is None:
                 return ERR_PMID
             try:
-                if isinstance(build, ServedMetric):  # one file's: its builder, for this fetch
-                    build = self.file_table(self.catalogue.files[build.file], build)
                 built = build()
             except Exception as e:
                 self.log(f"fetch {cluster}.{item}: {type(e).__name__}: {e}")
@@ -346,6 +332,17 @@ class Serving:
             except LookupError:
                 pass
         return self.special.get(k, {}).get(inst, NO_VALUES)
+
+    def _one_file(self, cluster: int, item: int) -> Table | None:
+        """The table builder of a PMID without one kept (:attr:`tables`), for this fetch:
+        the file serving it, from the catalogue's sources (several while files sharing
+        it wait to be served, each of their builders kept; none: PM_ERR_PMID)."""
+        sources = self.catalogue.sources.get((cluster, item))
+        if not sources or cluster in self.families.by_cluster:
+            return None
+        if len(sources) > 1:
+            return self._shared(list(sources), pmid_key(cluster, item))
+        return self.file_table(self.catalogue.files[sources[0].file], sources[0])
 
     def file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
         """The table builder of one file's metric: (values, other results) by unsigned
