@@ -185,10 +185,17 @@ class PmdaTables:
 
     python3-pcp keeps them in lists and dicts it shares with libpcp_pmda; its
     ``add_indom``, ``remove_metric`` and ``replace_indom`` search a whole list, so a change
-    would cost as much as everything served.  This keeps each entry's position instead and
+    would cost as much as everything served.  This keeps each indom's position instead and
     removes by moving the last entry into the hole (libpcp_pmda looks entries up by hash,
-    not position).  Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served
-    as "" (python3-pcp itself serves "" for both).
+    not position); the metric table is written whole from :attr:`entries` at a commit
+    that changes it (a list copy, where cpmda then copies and rehashes all of it anyway).
+    Absent help text (None) is left out, so it is PM_ERR_TEXT; "" is served as ""
+    (python3-pcp itself serves "" for both).
+
+    Kept a name: the table entry (32 bytes of C structure), the name by PMID (cpmda builds
+    libpcp_pmda's namespace from it at each rebuild) and the help text by PMID (cpmda's
+    text callback looks it up in these dicts at each request, with ``PyDict_GetItem``: no
+    callback of ours can answer it, so they are real dicts; their texts are shared).
 
     Any change makes cpmda rebuild its whole namespace and metric table at the next
     request (``set_need_refresh``): so a batch of edits is told to cpmda once, by
@@ -198,38 +205,47 @@ class PmdaTables:
 
     def __init__(self, pmda: Any) -> None:
         self.pmda = pmda
-        self.metric_slots: dict[int, int] = {}  # PMID -> its index in _metrictable
+        self.entries: dict[int, bytes] = {}  # PMID -> its metric table entry
         self.indom_slots: dict[int, int] = {}  # indom -> its index in _indomtable
         self.removed: dict[int, tuple[str, bytes]] = {}  # since commit: PMID -> (name, desc)
         self.changed = False  # since commit: a change cpmda must copy
 
     def names(self) -> list[str]:
         """The metric names served, sorted."""
-        return sorted(self.pmda._metric_names_map)
+        return sorted(self.pmda._metric_names.values())
 
     def add_metric(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
-        """Serve ``metric`` (from :func:`metric`) as ``name``."""
+        """Serve ``metric`` (from :func:`metric`) as ``name`` (the caller keeps names
+        unique: the catalogue's name rules).  Only what cpmda reads is kept: the table
+        entry, the name by PMID and the help text; python3-pcp's own dictionaries by name
+        and of entries by PMID stay empty (cpmda never reads them)."""
         p, pmid = self.pmda, pmid_of(metric)
-        if name in p._metric_names_map or pmid in p._metrics:
-            raise KeyError(f"metric {name} or its PMID is already served")
-        if self.removed.pop(pmid, None) != (name, metric):
+        if pmid in p._metric_names:
+            raise KeyError(f"metric {name}: its PMID is already served")
+        old = self.removed.pop(pmid, None)
+        if old is not None and old == (name, metric):
+            metric = old[1]  # the entry still in the table: not a second copy
+        else:
             self.changed = True
-        self.metric_slots[pmid] = len(p._metrictable)
-        p._metrictable.append(metric)
-        p._metrics[pmid] = metric
+        self.entries[pmid] = metric
         p._metric_names[pmid] = name
-        p._metric_names_map[name] = pmid
         _put(p._metric_oneline, pmid, oneline)
         _put(p._metric_helptext, pmid, text)
 
-    def remove_metric(self, name: str) -> None:
-        """Stop serving the metric ``name``."""
+    def metrics(self) -> int:
+        """How many metrics are served."""
+        return len(self.entries)
+
+    def remove_metric(self, pmid: int) -> None:
+        """Stop serving the metric of ``pmid`` (if it is served)."""
         p = self.pmda
-        pmid = p._metric_names_map.pop(name)
-        old = _take(p._metrictable, self.metric_slots, pmid, pmid_of)
-        if old is not None and pmid not in self.removed:
+        name = p._metric_names.pop(pmid, None)
+        if name is None:
+            return
+        old = self.entries.pop(pmid)
+        if pmid not in self.removed:
             self.removed[pmid] = (name, old)
-        for table in (p._metrics, p._metric_names, p._metric_oneline, p._metric_helptext):
+        for table in (p._metric_oneline, p._metric_helptext):
             table.pop(pmid, None)
 
     def serve_instances(
@@ -270,6 +286,7 @@ class PmdaTables:
         changed = self.changed or bool(self.removed)
         self.changed, self.removed = False, {}
         if changed:
+            self.pmda._metrictable[:] = self.entries.values()
             cpmda.set_need_refresh()
         return changed
 

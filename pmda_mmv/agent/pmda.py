@@ -73,6 +73,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
         self.status_instids = pcpcompat.Instids()  # by file name
         self.indom_instids: dict[int, pcpcompat.Instids] = {}  # by serial, then internal id
+        self.own_metrics = 0  # the agent's own metrics among those served
         self._add_control_metrics()
         self._commit()
         self.set_refresh_metrics(self._guard(self.refresh_metrics, None))
@@ -174,10 +175,11 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
 
     def metrics_value(self) -> int:
         """mmv.control.metrics: one per PMID, however many files share it (PCP QA 648)."""
-        return len(self.model.served_names)
+        return self.pcp_tables.metrics() - self.own_metrics
 
     def _add_own(self, item: int, metric: ControlMetric, indom: int) -> None:
         pmid, none = self.pmid(CONTROL_CLUSTER, item), bytes(4)
+        self.own_metrics += 1
         desc = pcpcompat.metric(pmid, metric.type, indom, metric.semantics, none)
         self._add(f"{self.opts.prefix}.{metric.name}", desc, metric.oneline, metric.helptext)
 
@@ -196,8 +198,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
     def _add(self, name: str, metric: bytes, oneline: str | None, text: str | None) -> None:
         self.pcp_tables.add_metric(name, metric, oneline, text)
 
-    def _remove(self, name: str) -> None:
-        self.pcp_tables.remove_metric(name)
+    def _remove(self, cluster: int, item: int) -> None:
+        self.pcp_tables.remove_metric(self.pmid(cluster, item))
 
     def _commit(self) -> None:
         """Tell python3-pcp of the table edits, if any changed what it copies: it then
@@ -260,9 +262,8 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         for serial in plan.serials:
             self._serve_indom(serial)
         for cluster, item in plan.pmids:  # every old name leaves before any new one arrives
-            old = self.model.unserve_metric(cluster, item)
-            if old is not None:
-                self._remove(old)
+            self.model.unserve_metric(cluster, item)
+            self._remove(cluster, item)
         for cluster, item in plan.pmids:
             self._serve_metric(cluster, item)
         if plan.names:

@@ -112,14 +112,16 @@ class Serving:
         self.catalogue = catalogue
         self.families = families
         self.log = log
-        self.tables: dict[int, Table] = {}  # pmid_key(cluster, item) -> table builder
-        self.served_names: dict[int, str] = {}  # pmid_key(cluster, item) -> name
+        # pmid_key(cluster, item) -> its table builder: the agent's own metrics, families'
+        # and PMIDs files share; a PMID one file serves has none (read from the
+        # catalogue's sources by the fetch that asks for it: no entry a name)
+        self.tables: dict[int, Table] = {}
         self.by_cluster: dict[int, list[FileEntry]] = {}  # files in name order
         # the first file serving each instance of a PCP indom (internal id, as on disk),
         # built at the first request after a change to the indom's files
         self.instance_indoms: dict[int, dict[int, ServedIndom]] = {}
-        # each file's table builder of a PMID: kept while the file serves it, so that a
-        # file more makes one builder, not one per file sharing the PMID
+        # each file's table builder of a PMID several files share: kept while the file
+        # serves it, so that a file more makes one builder, not one per file sharing it
         self.parts: dict[str, dict[int, Table]] = {}
         # this fetch's: snapshots per file name, values per cluster and item, and the
         # results that are not values per key
@@ -147,6 +149,12 @@ class Serving:
             return state_counts(states), {}
 
         self.tables[pmid_key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
+
+    @property
+    def served_names(self) -> dict[int, str]:
+        """The names the files serve by PMID key, read from the catalogue at each call (no
+        dictionary of names kept: a name costs its entry in the catalogue only)."""
+        return {pmid_key(*p): sms[0].name for p, sms in self.catalogue.sources.items()}
 
     # -- applying the scanner's changes
 
@@ -207,11 +215,9 @@ class Serving:
         first = sources[0].indom
         return MergedIndom(insts, first.shorthelp, first.longhelp)
 
-    def unserve_metric(self, cluster: int, item: int) -> str | None:
-        """Stop serving a PMID; returns the name it was served under (None: not served)."""
-        k = pmid_key(cluster, item)
-        self.tables.pop(k, None)
-        return self.served_names.pop(k, None)
+    def unserve_metric(self, cluster: int, item: int) -> None:
+        """Stop serving a PMID."""
+        self.tables.pop(pmid_key(cluster, item), None)
 
     def serve_metric(self, cluster: int, item: int) -> ServedMetric | None:
         """Serve a PMID from the files serving it now: returns the first file's metric (in
@@ -221,12 +227,11 @@ class Serving:
         if not sources:
             return None
         k = pmid_key(cluster, item)
-        self.served_names[k] = sources[0].name
         family = self.families.by_cluster.get(cluster)
         if family is not None:
             self.tables[k] = FamilyTable(family, sources[0], self._member_part)
         elif len(sources) == 1:
-            self.tables[k] = self._part(sources[0], k)
+            self.tables.pop(k, None)  # read from the catalogue's sources at the fetch
         else:
             self.tables[k] = self._shared(list(sources), k)
         return sources[0]
@@ -309,7 +314,7 @@ class Serving:
         k = pmid_key(cluster, item)
         cluster_values = self.results.setdefault(cluster, {})
         if item not in cluster_values:
-            build = self.tables.get(k)
+            build = self.tables.get(k) or self._one_file(cluster, item)
             if build is None:
                 return ERR_PMID
             try:
@@ -328,14 +333,25 @@ class Serving:
                 pass
         return self.special.get(k, {}).get(inst, NO_VALUES)
 
+    def _one_file(self, cluster: int, item: int) -> Table | None:
+        """The table builder of a PMID without one kept (:attr:`tables`), for this fetch:
+        the file serving it, from the catalogue's sources (several while files sharing
+        it wait to be served, each of their builders kept; none: PM_ERR_PMID)."""
+        sources = self.catalogue.sources.get((cluster, item))
+        if not sources or cluster in self.families.by_cluster:
+            return None
+        if len(sources) > 1:
+            return self._shared(list(sources), pmid_key(cluster, item))
+        return self.file_table(self.catalogue.files[sources[0].file], sources[0])
+
     def file_table(self, entry: FileEntry, sm: ServedMetric) -> Table:
         """The table builder of one file's metric: (values, other results) by unsigned
         instance id, from this fetch's snapshot of the file."""
-        keys = sm.indom.keys if sm.indom else SINGULAR
         if sm.metric.type == layout.TYPE_NOSUPPORT:
+            keys = sm.indom.keys if sm.indom else SINGULAR
             unsupported = {k: [PM_ERR_APPVERSION, 0] for k in keys}
             return lambda: ({}, unsupported)
-        return FileTable(sm, entry, self.snaps, keys)
+        return FileTable(sm, entry, self.snaps)
 
     # -- labels
 

@@ -32,20 +32,18 @@ SINGULAR: Final = [PM_IN_NULL]
 
 
 class FileTable:
-    """The table builder of one file's metric (:meth:`Serving.file_table`): a callable
-    with five slots where a closure took five cells, a function, a tuple and (singular
-    metrics) a list of keys per name: memory a served name costs."""
+    """The table builder of one file's metric (:meth:`Serving.file_table`): made for the
+    fetch that asks for the metric (a PMID one file serves) or kept while the file serves
+    it (a PMID files share), from the metric's instance ids (``SINGULAR`` for none)."""
 
     __slots__ = ("dense", "entry", "keys", "sm", "snaps")
 
-    def __init__(
-        self, sm: ServedMetric, entry: FileEntry, snaps: dict[str, Snapshot], keys: list[int]
-    ) -> None:
+    def __init__(self, sm: ServedMetric, entry: FileEntry, snaps: dict[str, Snapshot]) -> None:
         self.sm = sm
         self.entry = entry
         self.snaps = snaps
-        self.keys = keys
-        self.dense = keys is not SINGULAR and keys == list(range(len(keys)))
+        self.keys = sm.indom.keys if sm.indom else SINGULAR
+        self.dense = sm.indom.dense if sm.indom else False
 
     def __call__(self) -> Built | None:
         snap = self.snaps.get(self.entry.name)

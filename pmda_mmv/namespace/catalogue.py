@@ -33,7 +33,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from pmda_mmv.mmvfile import layout
@@ -51,11 +51,10 @@ from pmda_mmv.namespace.served import (
     FileEntry,
     ServedIndom,
     ServedMetric,
-    link,
+    Sources,
     merged_instances,
     same_metric,
     served_metric,
-    unlink,
 )
 
 Watch = Callable[[FileEntry], None]
@@ -92,12 +91,12 @@ class Catalogue:
         self.files: dict[str, FileEntry] = {}
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
-        self.leaf_pmid: dict[str, tuple[int, int]] = {}  # served name -> (cluster, item)
+        self.leaf_pmid: Mapping[str, tuple[int, int]] = self.tree.values  # name -> PMID
         self.indom_keys: dict[tuple[int, int], int] = {}  # (cluster, file serial) -> PCP
         # Files sharing a cluster (PCP QA 648): per PMID and per PCP indom serial, the entry
         # of every file serving it, in file-name order; the first one describes it.
-        self.sources: dict[tuple[int, int], list[ServedMetric]] = {}
-        self.indom_sources: dict[int, list[ServedIndom]] = {}
+        self.sources: Sources[tuple[int, int], ServedMetric] = Sources()
+        self.indom_sources: Sources[int, ServedIndom] = Sources()
         self.on_add: Watch | None = None  # told of every file served (:meth:`watch`)
         self.on_remove: Watch | None = None  # and unserved
 
@@ -113,24 +112,22 @@ class Catalogue:
         sharing a cluster join it there, in file-name order."""
         pmid = (sm.cluster, sm.item)
         if pmid not in self.sources:
-            self.tree.claim(sm.name)
-            self.leaf_pmid[sm.name] = pmid
-        link(self.sources, pmid, sm)
+            self.tree.claim(sm.name, pmid)
+        self.sources.link(pmid, sm)
 
     def release_metric(self, sm: ServedMetric) -> None:
         """``sm`` is served no more; its name goes with the PMID's last source."""
-        if not unlink(self.sources, (sm.cluster, sm.item), sm):
+        if not self.sources.unlink((sm.cluster, sm.item), sm):
             self.tree.release(sm.name)
-            self.leaf_pmid.pop(sm.name, None)
 
     def claim_indom(self, cluster: int, serial: int, si: ServedIndom) -> None:
         """Serve ``si`` as file indom ``serial`` of ``cluster``."""
         self.indom_keys[(cluster, serial)] = si.serial
-        link(self.indom_sources, si.serial, si)
+        self.indom_sources.link(si.serial, si)
 
     def release_indom(self, cluster: int, serial: int, si: ServedIndom) -> bool:
         """``si`` is served no more; True when it was its PCP serial's last source."""
-        if unlink(self.indom_sources, si.serial, si):
+        if self.indom_sources.unlink(si.serial, si):
             return False
         self.indom_keys.pop((cluster, serial), None)
         return True

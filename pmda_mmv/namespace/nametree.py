@@ -7,8 +7,8 @@ No PCP imports.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Set
-from typing import Final
+from collections.abc import Iterator, Mapping, Set
+from typing import Any, Final
 
 from pmda_mmv.mmvfile.parse.strings import shared
 
@@ -19,17 +19,33 @@ every change, walking all siblings at each insert: a node of k names costs k^2 /
 
 
 class _Node:
-    __slots__ = ("below", "leaf", "leaves")
+    """A component with names below it (a served name's own component is its leaf value,
+    not a node)."""
+
+    __slots__ = ("below", "leaves")
 
     def __init__(self) -> None:
-        self.below: dict[str, _Node] = _NONE  # the next component -> its node
-        self.leaves = 0  # served names at or below this node
-        self.leaf = False  # a served name ends here
+        self.below: dict[str, Any] = _NONE  # the next component -> its node or leaf value
+        self.leaves = 0  # served names below this node
 
 
-_NONE: Final[dict[str, _Node]] = {}
-"""The ``below`` of every node with nothing below it (a leaf): one empty dict, never
-written, not one per name."""
+_NONE: Final[dict[str, Any]] = {}
+"""The ``below`` of a node with nothing below it: one empty dict, never written."""
+
+LEAF: Final = object()
+"""The leaf value of a name claimed without one."""
+
+
+def _find(root: _Node, name: str) -> Any:
+    """The node or leaf value at ``name``, or None."""
+    node: Any = root
+    for part in name.split("."):
+        if not isinstance(node, _Node):
+            return None
+        node = node.below.get(part)
+        if node is None:
+            return None
+    return node
 
 
 class _Leaves(Set[str]):
@@ -41,33 +57,53 @@ class _Leaves(Set[str]):
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
-        node = self._root
-        for part in name.split("."):
-            node = node.below.get(part)  # type: ignore[assignment]
-            if node is None:
-                return False
-        return node.leaf
+        found = _find(self._root, name)
+        return found is not None and not isinstance(found, _Node)
 
     def __len__(self) -> int:
-        return sum(node.leaves for node in self._root.below.values())
+        return sum(n.leaves if isinstance(n, _Node) else 1 for n in self._root.below.values())
 
     def __iter__(self) -> Iterator[str]:
-        stack = [(part, node) for part, node in self._root.below.items()]
+        stack = list(self._root.below.items())
         while stack:
             prefix, node = stack.pop()
-            if node.leaf:
+            if not isinstance(node, _Node):
                 yield prefix
-            stack.extend((f"{prefix}.{part}", below) for part, below in node.below.items())
+            else:
+                stack.extend((f"{prefix}.{part}", below) for part, below in node.below.items())
+
+
+class _Values(Mapping[str, Any]):
+    """Each served name's leaf value (the catalogue's: its PMID), read from the tree (no
+    dictionary by name of its own)."""
+
+    def __init__(self, root: _Node, leaves: _Leaves) -> None:
+        self._root, self._leaves = root, leaves
+
+    def __getitem__(self, name: str) -> Any:
+        found = _find(self._root, name)
+        if found is None or isinstance(found, _Node):
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._leaves)
+
+    def __len__(self) -> int:
+        return len(self._leaves)
 
 
 class NameTree:
     """Served names (``a.b.c``): which are leaves, which non-leaves, how many names lie
-    directly below each node.  The first component's node (the agent's prefix) is capped
-    like the others; the root, above it, is not."""
+    directly below each node, and each name's leaf value (:attr:`values`).  The first
+    component's node (the agent's prefix) is capped like the others; the root, above it,
+    is not."""
 
     def __init__(self) -> None:
         self._root = _Node()
-        self.leaves: Set[str] = _Leaves(self._root)
+        leaves = _Leaves(self._root)
+        self.leaves: Set[str] = leaves
+        self.values: Mapping[str, Any] = _Values(self._root, leaves)
 
     def __bool__(self) -> bool:
         return bool(self._root.below)
@@ -89,15 +125,17 @@ class NameTree:
                         "square)"
                     )
                 return None
-            if below.leaf:
+            if not isinstance(below, _Node):
                 return f"{'.'.join(parts[: depth + 1])} is already a leaf"
             node = below
         return f"{name} is a non-leaf of names already served"
 
-    def claim(self, name: str) -> None:
-        """Serve ``name`` (``conflict`` said None)."""
+    def claim(self, name: str, value: object = LEAF) -> None:
+        """Serve ``name`` (``conflict`` said None), its leaf value ``value`` (any object
+        but a node: one object a name, the caller's)."""
+        *path, last = name.split(".")
         node = self._root
-        for part in name.split("."):
+        for part in path:
             below = node.below.get(part)
             if below is None:
                 if node.below is _NONE:
@@ -105,7 +143,9 @@ class NameTree:
                 below = node.below[shared(part)] = _Node()
             below.leaves += 1
             node = below
-        node.leaf = True
+        if node.below is _NONE:
+            node.below = {}
+        node.below[shared(last)] = value
 
     def release(self, name: str) -> None:
         """Stop serving ``name``; nodes left with no name below them go."""
@@ -114,14 +154,13 @@ class NameTree:
         node = self._root
         for part in name.split("."):
             below = node.below[part]
-            below.leaves -= 1
-            if not below.leaves:
+            if not isinstance(below, _Node) or below.leaves == 1:
                 del node.below[part]  # and everything below it: no name is left there
                 if not node.below:
                     node.below = _NONE
                 return
+            below.leaves -= 1
             node = below
-        node.leaf = False
 
     def blocking(self, name: str) -> list[str]:
         """The served names that keep ``name`` from being a leaf: itself, the leaf above
@@ -134,7 +173,7 @@ class NameTree:
             below = node.below.get(part)
             if below is None:
                 return []
-            if below.leaf:
+            if not isinstance(below, _Node):
                 return [".".join(parts[: depth + 1])]
             node = below
         found: list[str] = []
@@ -143,7 +182,8 @@ class NameTree:
             prefix, at = stack.pop()
             for part, below in at.below.items():
                 full = f"{prefix}.{part}"
-                if below.leaf:
+                if not isinstance(below, _Node):
                     found.append(full)
-                stack.append((full, below))
+                else:
+                    stack.append((full, below))
         return found

@@ -8,7 +8,7 @@ metrics and indoms; :mod:`~.catalogue` makes them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
@@ -43,7 +43,8 @@ def remember(table: dict[K, V], key: K, value: V, present: Collection[K]) -> Non
 class ServedIndom:
     """One instance domain as served: PCP ``serial`` (domain added by the agent), the file's
     indom (instances, help), labels (JSON object text, "" when none), per-instance labels
-    and ``keys`` (unsigned instance ids in the order of the value index)."""
+    and ``keys`` (unsigned instance ids in the order of the value index; ``dense`` when
+    they are 0..n-1)."""
 
     serial: int
     indom: Indom
@@ -52,11 +53,13 @@ class ServedIndom:
     instance_labels: dict[int, tuple[str, str]] = field(default_factory=dict)
     keys: list[int] = field(default_factory=list)
     file: str = ""  # the file serving it
+    dense: bool = False
 
     def __post_init__(self) -> None:
         # Instance ids in position order, as pmcd hands them to python3-pcp callbacks:
         # unsigned ("(iiI)"), so that an int32 id of -5 is 4294967291.
         self.keys = [i.internal & 0xFFFFFFFF for i in self.indom.instances]
+        self.dense = self.keys == list(range(len(self.keys)))
 
 
 @dataclass(slots=True)
@@ -155,24 +158,59 @@ def _by_file(x: _FromFile) -> str:
     return x.file
 
 
-def link(table: dict[K, list[F]], key: K, item: F) -> None:
-    """Add ``item`` to ``table[key]``, kept in file-name order (one file per key): a binary
-    search, not a sort, so N files sharing a key cost O(N log N) comparisons in all."""
-    bisect.insort(table.setdefault(key, []), item, key=_by_file)
+class Sources(Mapping[K, list[F]]):
+    """Per key (a PMID, a PCP indom serial), the records of the files serving it, in
+    file-name order: read as a list, kept as the record itself while one file serves the
+    key (the common case: no list a name), as a list when several share it.  Written by
+    :meth:`link` and :meth:`unlink` only (the catalogue's)."""
 
+    __slots__ = ("_by",)
 
-def unlink(table: dict[K, list[F]], key: K, item: F) -> bool:
-    """Remove ``item`` from ``table[key]``; True when other files still serve the key."""
-    rest = table.get(key)
-    if rest is None:
-        return False
-    at = bisect.bisect_left(rest, item.file, key=_by_file)
-    if at < len(rest) and rest[at] is item:
-        del rest[at]
-    if rest:
-        return True
-    del table[key]
-    return False
+    def __init__(self) -> None:
+        self._by: dict[K, F | list[F]] = {}
+
+    def __getitem__(self, key: K) -> list[F]:
+        got = self._by[key]
+        return got if isinstance(got, list) else [got]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._by)
+
+    def __len__(self) -> int:
+        return len(self._by)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by
+
+    def link(self, key: K, item: F) -> None:
+        """Add ``item`` at ``key``, in file-name order (one file per key): a binary search,
+        not a sort, so N files sharing a key cost O(N log N) comparisons in all."""
+        got = self._by.get(key)
+        if got is None:
+            self._by[key] = item
+        elif isinstance(got, list):
+            bisect.insort(got, item, key=_by_file)
+        else:
+            self._by[key] = sorted([got, item], key=_by_file)
+
+    def unlink(self, key: K, item: F) -> bool:
+        """Remove ``item`` from ``key``; True when other files still serve the key."""
+        got = self._by.get(key)
+        if got is None:
+            return False
+        if not isinstance(got, list):
+            if got is not item:
+                return True
+            del self._by[key]
+            return False
+        at = bisect.bisect_left(got, item.file, key=_by_file)
+        if at < len(got) and got[at] is item:
+            del got[at]
+        if len(got) == 1:
+            self._by[key] = got[0]
+        elif not got:
+            del self._by[key]
+        return bool(got)
 
 
 def served_metric(name: str, cluster: int, m: Metric, indom: ServedIndom | None) -> ServedMetric:

@@ -51,6 +51,8 @@ MUTATORS = {
     "add",
     "discard",
     "remove",
+    "link",
+    "unlink",
 }
 """Methods that change a dict, list, set or name tree."""
 
@@ -78,12 +80,10 @@ def _targets(node: ast.AST) -> list[ast.AST]:
 
 
 def _mutated(call: ast.Call, names: set[str]) -> list[ast.AST]:
-    """The index ``call`` changes: ``X.<index>.pop(k)``, ``link(X.<index>, k, v)``."""
+    """The index ``call`` changes: ``X.<index>.pop(k)``, ``X.<index>.link(k, v)``."""
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in MUTATORS and _index(func.value, names):
         return [func]
-    if isinstance(func, ast.Name) and func.id in ("link", "unlink"):
-        return [a for a in call.args[:1] if _index(a, names)]
     return []
 
 
@@ -118,13 +118,13 @@ def modules() -> dict[str, str]:
 def test_only_the_catalogue_and_clusters_write_their_indexes() -> None:
     assert [w for m, s in modules().items() for w in writes(m, s)] == []
     planted = "cat.sources[(1, 2)] = [fsm]\ncat.tree.claim(name)\ndel cat.indom_keys[k]\n"
-    planted += "catalogue.on_add, x = f, 1\nlink(cat.indom_sources, 3, si)\ncat.held_by[4] = 1\n"
+    planted += "catalogue.on_add, x = f, 1\ncat.indom_sources.link(3, si)\ncat.held_by[4] = 1\n"
     assert writes("namespace/family.py", planted) == [
         "namespace/family.py:1 cat.sources[1, 2]",
         "namespace/family.py:2 cat.tree.claim",
         "namespace/family.py:3 cat.indom_keys[k]",
         "namespace/family.py:4 catalogue.on_add",
-        "namespace/family.py:5 cat.indom_sources",
+        "namespace/family.py:5 cat.indom_sources.link",
         "namespace/family.py:6 cat.held_by[4]",
     ]
     assert writes("namespace/catalogue.py", "self.sources.pop(k)\nx = cat.sources.get(k)\n") == []

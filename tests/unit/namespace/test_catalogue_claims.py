@@ -5,6 +5,8 @@ of the claimed sources says, and nothing once every source is released."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.parsed import Indom, Instance, Metric
 from pmda_mmv.namespace.catalogue import Catalogue
-from pmda_mmv.namespace.served import ServedIndom, ServedMetric
+from pmda_mmv.namespace.served import ServedIndom, ServedMetric, Sources
 from tests.support.family import World, member
 
 FILES = ("a", "b", "c")
@@ -101,3 +103,20 @@ def test_a_family_releases_all_it_claimed_when_its_last_member_leaves(tmp_path: 
     assert not (w.cat.sources or w.cat.leaf_pmid or w.cat.leaves)
     assert not (w.cat.indom_keys or w.cat.indom_sources or w.cat.clusters.held_by)
     assert "mmv.websrv" in w.cat.family_trees  # still reserved for the family
+
+
+def test_sources_keep_one_file_as_its_record_and_files_sharing_a_key_in_name_order() -> None:
+    """A PMID one file serves keeps that file's record itself (no list a name); files
+    sharing it are read back in file-name order however they arrive and leave, and the key
+    goes with its last file."""
+    table: Sources[int, Any] = Sources()
+    a, b, c = (SimpleNamespace(file=f) for f in "abc")
+    table.link(1, b)
+    assert table._by[1] is b and table[1] == [b]
+    table.link(1, c)
+    table.link(1, a)
+    assert table[1] == [a, b, c] and list(table) == [1] and len(table) == 1
+    assert table.unlink(1, b) and table[1] == [a, c]
+    assert table.unlink(1, a) and table._by[1] is c
+    assert table.unlink(1, a)  # not there: c still serves the key
+    assert not table.unlink(1, c) and 1 not in table and table.get(1) is None
