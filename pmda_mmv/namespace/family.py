@@ -47,10 +47,13 @@ from pmda_mmv.namespace.familyrules import (
     disagreement,
     disagrees,
     final_counts,
+    kept_metrics,
+    kept_of,
     parsed_definition,
 )
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registryfile import FAMILY
+from pmda_mmv.namespace.registrykept import KEPT_BYTES, bounded
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
@@ -91,6 +94,8 @@ class Families:
         self.serials: set[int] = set()
         for fam in self.families:  # no file takes a family's names, even before it is served
             catalogue.reserve_tree(fam.spec.name)
+        for fam in self.families:  # served while it has counted anything, member or none
+            self._restore(fam)
         if self.families:
             catalogue.watch(self.join, self.leave)
 
@@ -98,6 +103,11 @@ class Families:
         """The owner the registry remembers family ``name`` for (its newest record)."""
         owners = [k[1] for k in self.catalogue.registry.records if k == (name, k[1], FAMILY)]
         return owners[-1] if owners and owners[-1] >= 0 else None
+
+    @property
+    def changed(self) -> bool:
+        """Whether family PMIDs or indom serials changed since the last :meth:`take`."""
+        return bool(self.pmids or self.serials)
 
     def take(self) -> tuple[set[tuple[int, int]], set[int]]:
         """The family PMIDs and indom serials that changed since the last call."""
@@ -140,19 +150,47 @@ class Families:
         if why is not None:
             return self._leave_out(fam, entry, why)
         fam.members[entry.name] = entry
-        for sm in entry.metrics:
-            if sm.metric.spill:
-                continue
-            defn = definition(sm)
-            fam.defs.setdefault(sm.metric.name, (defn, entry.name))
-            fam.items.setdefault(defn[0], sm.metric.name)
-            if sm.metric.name not in fam.metrics:
-                self._add_metric(fam, sm)
+        metrics = [sm for sm in entry.metrics if not sm.metric.spill]
+        added = self._define(fam, [(sm, entry.name) for sm in metrics])
+        for sm in metrics:
             fam.holders.setdefault(sm.metric.name, {})[entry.name] = sm
         self._uncredit(fam, entry)
         indoms = {s: si.serial for s, si in fam.indoms.items()}
         self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)  # saved if new
+        if added:
+            self._keep(fam)
         return None
+
+    def _define(self, fam: Family, metrics: list[tuple[ServedMetric, str]]) -> bool:
+        """``fam``'s metrics as ``metrics`` define them (each with the member whose it is),
+        those it has not yet served added; whether any was."""
+        served = len(fam.metrics)
+        for sm, whose in metrics:
+            defn = definition(sm)
+            fam.defs.setdefault(sm.metric.name, (defn, whose))
+            fam.items.setdefault(defn[0], sm.metric.name)
+            if sm.metric.name not in fam.metrics:
+                self._add_metric(fam, sm)
+        return len(fam.metrics) != served
+
+    def _keep(self, fam: Family) -> None:
+        """``fam``'s descriptors kept with its counts in the registry (bounded), to serve it
+        after an agent restart before any member's file is."""
+        registry = self.catalogue.registry
+        kept = bounded(kept_of(fam), min(KEPT_BYTES, registry.byte_cap // 8))
+        if not kept:
+            self.log(f"family {fam.spec.name}: its descriptors are too large to keep")
+        registry.credit(fam.key, fam.totals, list(fam.credited), kept)
+
+    def _restore(self, fam: Family) -> None:
+        """At start, a family that has counted anything is served as the registry keeps its
+        descriptors (its numbers its own), before any member's file is."""
+        record = self.catalogue.registry.get(fam.key)
+        if record is None or not record.kept or not counted(fam) or not self._serve(fam):
+            return
+        self._define(fam, kept_metrics(record.kept))
+        indoms = {s: si.serial for s, si in fam.indoms.items()}
+        self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)
 
     def _leave_out(self, fam: Family, entry: FileEntry, why: str) -> None:
         fam.left_out[entry.name] = why
