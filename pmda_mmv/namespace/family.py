@@ -22,7 +22,9 @@ their own names too: that is the per-member breakdown.  Rules (docs/families.md)
   ``mostrecent`` (the most recently started member's value), per family or per metric
   (``:mode.METRIC=MODE``), over live members only.  Strings are always ``mostrecent``.
 * **Identity.**  The family's cluster and indom serials are the registry's for its key:
-  they never move as members come and go.  The family is served while it has a member.
+  they never move as members come and go.  The family is served while it has a member
+  or has counted anything, also from an agent's start with no member's file: its
+  descriptors are kept with its counts (:mod:`~.registrykept`).
 """
 
 from __future__ import annotations
