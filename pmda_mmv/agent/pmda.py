@@ -224,6 +224,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         (departures.py credits departed members meanwhile)."""
         with self.families.lock:
             self.departures.start()
+            self.families.restore()  # a family that counted with no member's file: served
             self._refresh(force, bounded, budget)
 
     def _refresh(self, force: bool, bounded: bool, budget: float | None) -> None:

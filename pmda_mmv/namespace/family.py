@@ -96,8 +96,7 @@ class Families:
         self.serials: set[int] = set()
         for fam in self.families:  # no file takes a family's names, even before it is served
             catalogue.reserve_tree(fam.spec.name)
-        for fam in self.families:  # served while it has counted anything, member or none
-            self._restore(fam)
+        self.restore()
         if self.families:
             catalogue.watch(self.join, self.leave)
 
@@ -184,11 +183,17 @@ class Families:
             self.log(f"family {fam.spec.name}: its descriptors are too large to keep")
         registry.credit(fam.key, fam.totals, list(fam.credited), kept)
 
+    def restore(self) -> None:
+        """Each family not served that has counted anything is served as the registry keeps
+        its descriptors (its numbers its own), with no member's file: at start, and at each
+        request (the agent's thread) once a departure credited its first counts."""
+        for fam in self.families:
+            if not fam.cluster and counted(fam):
+                self._restore(fam)
+
     def _restore(self, fam: Family) -> None:
-        """At start, a family that has counted anything is served as the registry keeps its
-        descriptors (its numbers its own), before any member's file is."""
         record = self.catalogue.registry.get(fam.key)
-        if record is None or not record.kept or not counted(fam) or not self._serve(fam):
+        if record is None or not record.kept or not self._serve(fam):
             return
         self._define(fam, kept_metrics(record.kept))
         indoms = {s: si.serial for s, si in fam.indoms.items()}

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from pmda_mmv.mmvfile import layout
+from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.registryfile import FAMILY
 from pmda_mmv.namespace.registrykept import Kept, KeptIndom, KeptMetric, bounded
@@ -64,6 +65,28 @@ def test_a_family_with_counts_is_served_after_a_restart_before_any_members_file(
     w3.add("websrv_b", member((1, 2), generation=0x5F5E1000000003))  # one that agrees joins
     assert w3.families.status("websrv_b") == ("websrv", "")
     assert served(w3) == before and w3.fetch("requests") == {0: 5, 1: 10}
+
+
+def test_a_family_whose_first_counts_are_credited_at_start_is_served_from_what_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Its members were live when the agent stopped (nothing departed, nothing counted);
+    their writers ended while it was down: the files left behind are credited at start, and
+    the family is served from its kept descriptors with no member's file."""
+    path = str(tmp_path / "identity.json")
+    w = World(tmp_path, "websrv=websrv_*", Registry(path))
+    w.add("websrv_a", member((4, 8)))
+    before = served(w)
+    assert w.registry.save()
+    w2 = restarted(path, tmp_path)
+    assert served(w2) == {}  # nothing counted yet
+    left = MmvFile.open(str(tmp_path / "websrv_a"))
+    with w2.families.lock:  # as the departures thread credits it
+        assert w2.families.credit_departed(left, left.last_snapshot())
+    w2.families.restore()  # the agent's thread, at its next request
+    w2.apply(file_changes())
+    assert served(w2) == before
+    assert w2.fetch("requests") == {0: 4, 1: 8}
 
 
 def test_the_registry_keeps_a_familys_descriptors_and_reads_them_back(tmp_path: Path) -> None:
