@@ -355,13 +355,14 @@ def test_a_family_with_counts_is_served_after_agent_restarts_with_no_live_member
     try:
         time.sleep(3)
         server.hold()  # the pool's last workers ended
-        for path in private_mmv_dir.iterdir():  # a killed worker's file: removed too
-            path.unlink()
         counted = server.counted()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while totals(pmcd) != counted:  # every departure credited
             assert time.monotonic() < deadline, (counted, totals(pmcd), pmcd.agent_log())
             time.sleep(0.2)
+        for path in private_mmv_dir.iterdir():  # a killed worker's file (credited): removed
+            path.unlink()
+        time.sleep(0.5)
         described = pmcd.run("pminfo", "-mdT", *names).stdout
         for _ in range(2):
             pmcd.restart_agent()
