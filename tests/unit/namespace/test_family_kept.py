@@ -40,16 +40,22 @@ def restarted(path: str, tmp_path: Path) -> World:
     return w
 
 
-def test_a_family_with_counts_is_served_after_a_restart_before_any_members_file(
-    tmp_path: Path,
-) -> None:
+def departed(tmp_path: Path) -> tuple[World, str]:
+    """A family whose one member counted 4 and 8 and left, its registry saved at a path."""
     path = str(tmp_path / "identity.json")
     w = World(tmp_path, "websrv=websrv_*", Registry(path))
     w.add("websrv_a", member((4, 8), busy=3))
     w.remove("websrv_a")
+    assert w.registry.save()
+    return w, path
+
+
+def test_a_family_with_counts_is_served_after_a_restart_before_any_members_file(
+    tmp_path: Path,
+) -> None:
+    w, path = departed(tmp_path)
     before = served(w)
     assert set(before) == {"mmv.websrv.requests", "mmv.websrv.busy"}
-    assert w.registry.save()
     w2 = restarted(path, tmp_path)
     assert served(w2) == before  # same PMIDs, descriptors, help text and instances
     assert w2.fetch("requests") == {0: 4, 1: 8}
@@ -90,12 +96,8 @@ def test_a_family_whose_first_counts_are_credited_at_start_is_served_from_what_i
 
 
 def test_the_registry_keeps_a_familys_descriptors_and_reads_them_back(tmp_path: Path) -> None:
-    path = str(tmp_path / "identity.json")
-    registry = Registry(path)
-    w = World(tmp_path, "websrv=websrv_*", registry)
-    w.add("websrv_a", member((4, 8)))
-    w.remove("websrv_a")
-    assert registry.save()
+    w, path = departed(tmp_path)
+    registry = w.registry
     doc = json.loads(Path(path).read_text())
     [record] = [r for r in doc["names"] if r.get("kind") == FAMILY]
     assert record["descriptors"]["indoms"] == {"1": [[[0, "get"], [1, "post"]], None, None]}
