@@ -226,6 +226,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         (departures.py credits departed members meanwhile)."""
         with self.families.lock:
             self.departures.start()
+            self.families.restore()  # a family that counted with no member's file: served
             self._refresh(force, bounded, budget)
 
     def _refresh(self, force: bool, bounded: bool, budget: float | None) -> None:
@@ -249,7 +250,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Serve the catalogue's new state: every PMID and indom the changed files touch is
         registered again from the files that serve it now (several when they share it).
         Then, however that went, the edits are told to python3-pcp (:meth:`_commit`)."""
-        if not changes:
+        if not changes and not self.families.changed:  # a family served at start: its names
             return
         self.registry.save()  # every new number on disk before pmcd can see it
         try:

@@ -22,7 +22,9 @@ their own names too: that is the per-member breakdown.  Rules (docs/families.md)
   ``mostrecent`` (the most recently started member's value), per family or per metric
   (``:mode.METRIC=MODE``), over live members only.  Strings are always ``mostrecent``.
 * **Identity.**  The family's cluster and indom serials are the registry's for its key:
-  they never move as members come and go.  The family is served while it has a member.
+  they never move as members come and go.  The family is served while it has a member
+  or has counted anything, also from an agent's start with no member's file: its
+  descriptors are kept with its counts (:mod:`~.registrykept`).
 """
 
 from __future__ import annotations
@@ -47,10 +49,13 @@ from pmda_mmv.namespace.familyrules import (
     disagreement,
     disagrees,
     final_counts,
+    kept_metrics,
+    kept_of,
     parsed_definition,
 )
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registryfile import FAMILY
+from pmda_mmv.namespace.registrykept import KEPT_BYTES, bounded
 from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
 
 PROMOTE: Final = {layout.TYPE_I32: layout.TYPE_I64, layout.TYPE_U32: layout.TYPE_U64}
@@ -91,6 +96,7 @@ class Families:
         self.serials: set[int] = set()
         for fam in self.families:  # no file takes a family's names, even before it is served
             catalogue.reserve_tree(fam.spec.name)
+        self.restore()
         if self.families:
             catalogue.watch(self.join, self.leave)
 
@@ -98,6 +104,11 @@ class Families:
         """The owner the registry remembers family ``name`` for (its newest record)."""
         owners = [k[1] for k in self.catalogue.registry.records if k == (name, k[1], FAMILY)]
         return owners[-1] if owners and owners[-1] >= 0 else None
+
+    @property
+    def changed(self) -> bool:
+        """Whether family PMIDs or indom serials changed since the last :meth:`take`."""
+        return bool(self.pmids or self.serials)
 
     def take(self) -> tuple[set[tuple[int, int]], set[int]]:
         """The family PMIDs and indom serials that changed since the last call."""
@@ -140,19 +151,53 @@ class Families:
         if why is not None:
             return self._leave_out(fam, entry, why)
         fam.members[entry.name] = entry
-        for sm in entry.metrics:
-            if sm.metric.spill:
-                continue
-            defn = definition(sm)
-            fam.defs.setdefault(sm.metric.name, (defn, entry.name))
-            fam.items.setdefault(defn[0], sm.metric.name)
-            if sm.metric.name not in fam.metrics:
-                self._add_metric(fam, sm)
+        metrics = [sm for sm in entry.metrics if not sm.metric.spill]
+        added = self._define(fam, [(sm, entry.name) for sm in metrics])
+        for sm in metrics:
             fam.holders.setdefault(sm.metric.name, {})[entry.name] = sm
         self._uncredit(fam, entry)
         indoms = {s: si.serial for s, si in fam.indoms.items()}
         self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)  # saved if new
+        if added:
+            self._keep(fam)
         return None
+
+    def _define(self, fam: Family, metrics: list[tuple[ServedMetric, str]]) -> bool:
+        """``fam``'s metrics as ``metrics`` define them (each with the member whose it is),
+        those it has not yet served added; whether any was."""
+        served = len(fam.metrics)
+        for sm, whose in metrics:
+            defn = definition(sm)
+            fam.defs.setdefault(sm.metric.name, (defn, whose))
+            fam.items.setdefault(defn[0], sm.metric.name)
+            if sm.metric.name not in fam.metrics:
+                self._add_metric(fam, sm)
+        return len(fam.metrics) != served
+
+    def _keep(self, fam: Family) -> None:
+        """``fam``'s descriptors kept with its counts in the registry (bounded), to serve it
+        after an agent restart before any member's file is."""
+        registry = self.catalogue.registry
+        kept = bounded(kept_of(fam), min(KEPT_BYTES, registry.byte_cap // 8))
+        if not kept:
+            self.log(f"family {fam.spec.name}: its descriptors are too large to keep")
+        registry.credit(fam.key, fam.totals, list(fam.credited), kept)
+
+    def restore(self) -> None:
+        """Each family not served that has counted anything is served as the registry keeps
+        its descriptors (its numbers its own), with no member's file: at start, and at each
+        request (the agent's thread) once a departure credited its first counts."""
+        for fam in self.families:
+            if not fam.cluster and counted(fam):
+                self._restore(fam)
+
+    def _restore(self, fam: Family) -> None:
+        record = self.catalogue.registry.get(fam.key)
+        if record is None or not record.kept or not self._serve(fam):
+            return
+        self._define(fam, kept_metrics(record.kept))
+        indoms = {s: si.serial for s, si in fam.indoms.items()}
+        self.catalogue.registry.serve(fam.key, fam.cluster, 0, False, indoms)
 
     def _leave_out(self, fam: Family, entry: FileEntry, why: str) -> None:
         fam.left_out[entry.name] = why

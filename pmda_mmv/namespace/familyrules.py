@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pmda_mmv.mmvfile import layout, pmunits
-from pmda_mmv.mmvfile.parsed import Metric
+from pmda_mmv.mmvfile.parsed import Indom, Instance, Metric
 from pmda_mmv.mmvfile.pcpdefs import PM_IN_NULL, PM_SEM_COUNTER
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.familyspec import FamilySpec
 from pmda_mmv.namespace.registryfile import FAMILY, Key
-from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric
+from pmda_mmv.namespace.registrykept import Kept, KeptIndom, KeptMetric
+from pmda_mmv.namespace.served import FileEntry, ServedIndom, ServedMetric, served_metric
 
 Counts = dict[str, dict[int, float]]
 Values = dict[int, Any] | list[Any]
@@ -152,3 +153,38 @@ def final_counts(fam: Family, entry: FileEntry, seen: dict[str, Values]) -> Coun
         if row:
             counts[sm.metric.name] = row
     return counts
+
+
+def kept_of(fam: Family) -> Kept:
+    """``fam``'s served metrics and indoms as its members' files defined them, to keep."""
+    metrics = {}
+    for name, fsm in fam.metrics.items():
+        (item, mtype, sem, units, _), whose = fam.defs[name]
+        m = fsm.metric
+        metrics[name] = KeptMetric(item, mtype, sem, units, m.indom, whose, m.shorthelp, m.longhelp)
+    indoms = {
+        serial: KeptIndom(
+            tuple((i.internal, i.external) for i in fsi.indom.instances),
+            fsi.indom.shorthelp,
+            fsi.indom.longhelp,
+        )
+        for serial, fsi in fam.indoms.items()
+    }
+    return Kept(metrics, indoms)
+
+
+def kept_metrics(kept: Kept) -> list[tuple[ServedMetric, str]]:
+    """The metrics ``kept`` describes, as the member that defined each one served it (and
+    that member's name): what a family is served from with no member's file."""
+    indoms = {
+        serial: ServedIndom(
+            0, Indom(serial, 0, [Instance(i, n, 0) for i, n in d.instances], d.oneline, d.helptext)
+        )
+        for serial, d in kept.indoms.items()
+    }
+    out = []
+    for name, k in kept.metrics.items():
+        m = Metric(name, k.item, k.type, k.semantics, k.units, k.indom, k.oneline, k.helptext, 0)
+        si = indoms[k.indom] if k.indom is not None else None
+        out.append((served_metric(name, 0, m, si), k.whose))
+    return out

@@ -3,10 +3,9 @@
 A file's identity is its name and owner (uid), a family's its name, owner and kind:
 :data:`~.registryfile.Key`.  Each key's :class:`~.registryfile.Record`: cluster, header
 cluster asked for, NOPREFIX, indom serials (``{file serial: PCP serial}``), spilled metric
-PMIDs (docs/spill.md).  Keys are kept in last-seen order (moved to the end when served
-and when departed); served keys are *present*, the others *departed*.
-
-Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
+PMIDs (docs/spill.md); a family's counts, ledger and descriptors (docs/families.md).  Keys
+are kept in last-seen order (moved to the end when served and when departed); served keys
+are *present*, the others *departed*.  Rules (:mod:`~.catalogue`; docs/identity.md):
 
 * A number held by a key (present or departed) is never given to another key while
   never-held numbers remain; a returning key gets its own numbers back.
@@ -17,11 +16,11 @@ Rules (the catalogue applies them, :mod:`~.catalogue`; docs/identity.md):
   a bounded amount (:func:`~.registryfile.spill_key`).  When every cluster is held, the
   last resort frees a departed holder's (:meth:`Registry.evict_cluster`).
 * Persistence (:mod:`~.registryfile`, :mod:`~.registryjournal`): :meth:`save`, called
-  before a new number is served, appends what changed to the journal (fsynced), and
-  writes the file whole only when the journal has grown past the registry: a save costs
-  what changed.  A missing file is an empty registry; an unusable one is logged once and
-  rebuilt; one past the read limit loads its newest records; a save that fails is logged
-  once (per cause) and the agent goes on serving from memory.
+  before a new number is served, appends what changed to the journal (fsynced), and writes
+  the file whole only when the journal has grown past the registry: a save costs what
+  changed.  A missing file is an empty registry; an unusable one is logged once and rebuilt;
+  one past the read limit loads its newest records; a failed save is logged once (per
+  cause) and the agent goes on serving from memory.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from pmda_mmv.namespace.registryfile import (
     Key,
     Ledger,
     Record,
+    Totals,
     add_holder,
     describe,
     drop_holder,
@@ -46,6 +46,7 @@ from pmda_mmv.namespace.registryfile import (
     spill_key,
 )
 from pmda_mmv.namespace.registryjournal import changes_text, document
+from pmda_mmv.namespace.registrykept import Kept
 from pmda_mmv.namespace.secret import read_secret, write_secret
 
 CAP: Final = 10_000
@@ -157,7 +158,7 @@ class Registry:
         kept = {spill_key(n): ci for n, ci in (spills or {}).items()}
         new = Record(cluster, asked, noprefix, dict(indoms), note, kept)
         if old is not None:
-            new.totals, new.credited = old.totals, old.credited  # a family's departed counts
+            new.totals, new.credited, new.kept = old.totals, old.credited, old.kept  # a family's
             self._unlink(key, old, bool(old.all_clusters() - new.all_clusters()))
         self._put(key, new, old != new, present=True)
         self._link(key, new)
@@ -165,11 +166,12 @@ class Registry:
             self.dirty = True  # back with its own numbers costs no save)
         self._trim(key[1])
 
-    def credit(self, key: Key, totals: dict[str, dict[int, float]], credited: Ledger) -> None:
-        """A family's departed members' counts and ledger: saved with the next save."""
+    def credit(self, key: Key, totals: Totals, credited: Ledger, kept: Kept | None = None) -> None:
+        """A family's departed counts, ledger and (given) descriptors: saved at the next save."""
         record = self.records.get(key)
         if record is not None:
             record.totals, record.credited = totals, list(credited)
+            record.kept = record.kept if kept is None else kept
             self._put(key, record, True, present=key in self.present)
             self.dirty = True
 
@@ -375,8 +377,7 @@ class Registry:
         return True
 
     def _save_secret(self) -> None:
-        """Write the secret beside the registry the first time it is saved: before the
-        numbers it derived are served."""
+        """Write the secret beside the registry at its first save (before its numbers serve)."""
         if not self._secret_saved:
             assert self.path is not None
             write_secret(f"{self.path}.key", self.secret)
@@ -384,9 +385,8 @@ class Registry:
 
     def text(self) -> str:
         """The file's contents, as a save that writes it whole writes them."""
-        return document(self.records, self._lines, self.present, "").decode(
-            errors="surrogateescape"
-        )
+        whole = document(self.records, self._lines, self.present, "")
+        return whole.decode(errors="surrogateescape")
 
     def _problem(self, why: str) -> None:
         line = f"{self.path}: identity registry: {why}"

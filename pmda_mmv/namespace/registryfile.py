@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pmda_mmv.namespace.registrykept import Kept, kept_doc, parse_kept
+
 VERSION: Final = 2
 OLD_VERSION: Final = 1
 """Read and converted (:func:`_old_key`); written as VERSION at the next save."""
@@ -70,6 +72,7 @@ class Record:
     spills: dict[str, tuple[int, int]] = field(default_factory=dict)
     totals: Totals = field(default_factory=dict)  # a family's (docs/families.md)
     credited: Ledger = field(default_factory=list)
+    kept: Kept = field(default_factory=Kept)  # a family's descriptors (registrykept.py)
     body: str = field(default="", compare=False, repr=False)  # its record_body, as read
 
     def all_clusters(self) -> set[int]:
@@ -222,6 +225,7 @@ def parse_record(item: Any, version: int = VERSION) -> tuple[Key, Record]:
     )
     record.totals = _totals(name, item.get("totals", {}))
     record.credited = _credited(name, item.get("credited", []))
+    record.kept = parse_kept(name, item.get("descriptors"))
     return parse_key(item, version, record.noprefix), record
 
 
@@ -293,6 +297,7 @@ def record_body(key: Key, r: Record) -> str:
         **({"spills": {n: list(ci) for n, ci in r.spills.items()}} if r.spills else {}),
         **({"totals": _totals_doc(r.totals)} if r.totals else {}),
         **({"credited": [list(e) for e in r.credited]} if r.credited else {}),
+        **({"descriptors": kept_doc(r.kept)} if r.kept else {}),
     }
     if r.note:
         doc["note"] = r.note

@@ -315,7 +315,8 @@ def test_a_pool_of_short_lived_workers_and_agent_kills_lose_no_count(
         server.hold()  # the pool's last workers end, then no request for half a second
         pmcd.restart_agent()
         pmcd.wait_agents()
-        server.proc.send_signal(signal.SIGUSR2)  # resumed: the family served with a member
+        sample()  # no live member: served from what the registry keeps
+        server.proc.send_signal(signal.SIGUSR2)  # resumed
         sample()
     server.hold()
     sample()
@@ -325,6 +326,109 @@ def test_a_pool_of_short_lived_workers_and_agent_kills_lose_no_count(
     for before, after in itertools.pairwise(samples):
         assert all(after[k] >= before[k] for k in counted), (before, after, samples)
     assert {k: samples[-1][k] for k in counted} == counted, (workers, samples, pmcd.agent_log())
+
+
+def test_a_family_with_counts_is_served_after_agent_restarts_with_no_live_member(
+    private_pmcd: Callable[..., PrivatePmcd],
+    private_mmv_dir: Path,
+    private_dir: Path,
+    servers: Callable[..., Server],
+) -> None:
+    """A pool of libpcp_mmv workers counts and ends (every file unlinked), then the agent is
+    killed (SIGKILL) and restarted by pmcd twice with no member's file: right after each
+    restart the family's total is served, what every worker counted, under the same PMID
+    and descriptor as before; a 1 s pmlogger archive over it all never falls back and ends
+    with the total (the agent not ``notready``: pmlogger, revalidating its metrics once pmcd
+    restarted the agent, stops when it is told "Try again")."""
+    family = ("--family", "websrv=websrv_w*")
+    pmcd = private_pmcd(our_agent(private_mmv_dir, *family, notready=False))
+    pmcd.run("pmprobe", "mmv.control.files")
+    server = servers(private_mmv_dir, private_dir / "reports", "--rate", "500", "--jobs", "15:75")
+    logger = subprocess.Popen(
+        [
+            *("pmlogger", "-h", pmcd.host, "-c", str(write_config(private_dir)), "-t", "1sec"),
+            *("-l", str(private_dir / "pmlogger.log"), str(private_dir / "family-archive")),
+        ],
+        env=dict(ENV, PCP_TMP_DIR=str(pmcd.tmp_dir)),
+    )
+    names = ("mmv.websrv.requests", "mmv.websrv.hits")
+    try:
+        time.sleep(3)
+        server.hold()  # the pool's last workers ended
+        counted = server.counted()
+        deadline = time.monotonic() + 20
+        while totals(pmcd) != counted:  # every departure credited
+            assert time.monotonic() < deadline, (counted, totals(pmcd), pmcd.agent_log())
+            time.sleep(0.2)
+        for path in private_mmv_dir.iterdir():  # a killed worker's file (credited): removed
+            path.unlink()
+        time.sleep(0.5)
+        described = pmcd.run("pminfo", "-mdT", *names).stdout
+        for _ in range(2):
+            pmcd.restart_agent()
+            pmcd.wait_agents()
+            assert not list(private_mmv_dir.iterdir())
+            assert pmcd.run("pminfo", "-mdT", *names).stdout == described, pmcd.agent_log()
+            assert totals(pmcd) == counted, (counted, pmcd.agent_log())
+            time.sleep(3)  # pmlogger samples the family with no member
+        assert logger.poll() is None, (private_dir / "pmlogger.log").read_text()
+        logger.send_signal(signal.SIGTERM)
+        assert logger.wait(30) is not None
+    finally:
+        if logger.poll() is None:
+            logger.kill()
+    replay = subprocess.run(
+        [*("pmrep", "-a", str(private_dir / "family-archive"), "-r", "-o", "csv"), names[1]],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert replay.returncode == 0, replay.stderr
+    hits = [line.split(",")[1] for line in replay.stdout.splitlines()[1:]]
+    values = [int(v) for v in hits if v not in ("", "N/A")]
+    assert values == sorted(values), replay.stdout  # never falls back
+    logged = (private_dir / "pmlogger.log").read_text()
+    assert hits.count(str(counted["hits"])) >= 2, (replay.stdout, logged)  # after the restarts
+    assert hits[-1] == str(counted["hits"]), (replay.stdout, logged)
+
+
+def test_workers_killed_while_the_agent_is_down_are_credited_and_served_at_its_start(
+    private_pmcd: Callable[..., PrivatePmcd],
+    private_mmv_dir: Path,
+    private_dir: Path,
+    servers: Callable[..., Server],
+) -> None:
+    """The agent is killed (SIGKILL) while every worker is live and nothing has departed;
+    the workers are killed too (their files left) before pmcd restarts it: at its start the
+    files are credited and the family is served, every worker's count, as before."""
+    server = servers(private_mmv_dir, private_dir / "reports", "--rate", "200")
+    pmcd = private_pmcd(our_agent(private_mmv_dir, "--family", "websrv=websrv_w*"))
+    family_values(pmcd, "mmv.websrv.requests")
+    names = ("mmv.websrv.requests", "mmv.websrv.hits")
+    described = pmcd.run("pminfo", "-mdT", *names).stdout
+    server.freeze()  # every worker reports what it counted, and stops counting
+    for pid in pmcd.agent_processes():
+        os.kill(pid, signal.SIGKILL)
+    server.stop()  # the workers killed while the agent is down
+    assert len(list(private_mmv_dir.iterdir())) == WORKERS
+    pmcd.run("pmprobe", "mmv.control.files")  # pmcd notices the agent has gone
+    pmcd.sighup()  # and restarts it
+    assert totals(pmcd) == server.counted(), pmcd.agent_log()
+    assert pmcd.run("pminfo", "-mdT", *names).stdout == described
+
+
+def write_config(private_dir: Path) -> Path:
+    """A pmlogger configuration logging the family every second."""
+    conf = private_dir / "family.config"
+    conf.write_text("log mandatory on every 1 sec {\n    mmv.websrv\n}\n")
+    return conf
+
+
+def totals(pmcd: PrivatePmcd) -> dict[str, int]:
+    """The family's counter totals: requests by instance, and hits."""
+    got = family_values(pmcd, "mmv.websrv.requests", timeout=5)
+    got["hits"] = family_values(pmcd, "mmv.websrv.hits", timeout=5)[None]
+    return {k: v for k, v in got.items() if k is not None}
 
 
 # -- docs/multiprocess.md's family example, every command as the doc shows it ---------------
