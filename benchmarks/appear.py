@@ -32,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,35 +205,35 @@ def run(a: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return {agent: measure(agent, a, workdir) for agent in who}
 
 
+COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], object]], ...] = (
+    ("worst ms", 10, lambda g: g["worst_ms"]),
+    ("> 1 s", 7, lambda g: g["over_1s"]),
+    ("median ms", 11, lambda g: g["median_ms"]),
+    ("failed", 8, lambda g: g["failed"]),
+    ("dropped", 9, lambda g: g["dropped"]),
+    ("settled s", 11, lambda g: g["settled_s"]),
+    ("peak MB", 9, lambda g: round(g["rss_peak"] / 1e6)),
+    ("after MB", 10, lambda g: "-" if g["rss_after"] is None else round(g["rss_after"] / 1e6)),
+    ("names", 10, lambda g: f"{g['names_served']:,}"),
+)
+
+
 def table(doc: dict[str, Any]) -> str:
-    lines = [
-        f"{doc['files']} files x {doc['metrics']} metrics appearing at once, {doc['when']}, "
-        f"load {doc['load']}",
-        f"{'agent':<12}{'worst ms':>10}{'> 1 s':>7}{'median ms':>11}{'failed':>8}{'dropped':>9}"
-        f"{'settled s':>11}{'peak MB':>9}{'after MB':>10}{'names':>10}",
-    ]
+    title = f"{doc['files']} files x {doc['metrics']} metrics appearing at once"
+    lines = [f"{title}, {doc['when']}, load {doc['load']}"]
+    lines.append(f"{'agent':<12}" + "".join(f"{h:>{w}}" for h, w, _ in COLUMNS))
     for who, g in doc["agents"].items():
-        after = "-" if g["rss_after"] is None else f"{g['rss_after'] / 1e6:.0f}"
-        lines.append(
-            f"{scale.LABELS[who]:<12}{g['worst_ms']:>10}{g['over_1s']:>7}{g['median_ms']:>11}{g['failed']:>8}"
-            f"{g['dropped']!s:>9}{g['settled_s']:>11}{g['rss_peak'] / 1e6:>9.0f}{after:>10}"
-            f"{g['names_served']:>10,}"
-        )
-    f = doc["floor"]
-    lines.append(
-        f"python3-pcp floor of one change among {f['names']:,} names: {f['change_ms']} ms "
-        f"(namespace {f['pmns_rebuild_ms']} ms, pmdaRehash {f['rehash_ms']} ms)"
-    )
+        cells = "".join(f"{cell(g)!s:>{w}}" for _, w, cell in COLUMNS)
+        lines.append(f"{scale.LABELS[who]:<12}{cells}")
+    lines.append(scale.floor_line(doc["floor"], doc["floor"]["names"]))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/appear.py", description=__doc__.splitlines()[0])
+    p = standalone.parser("benchmarks/appear.py", __doc__, RESULTS / "appear.json")
     p.add_argument("--files", type=int, default=1000, help="files (default 1000)")
     p.add_argument("--metrics", type=int, default=1000, help="metrics per file (default 1000)")
     p.add_argument("--quick", action="store_true", help="200 files x 1,000 metrics")
-    p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
-    p.add_argument("--out", type=Path, default=RESULTS / "appear.json")
     a = p.parse_args(argv)
     if a.quick:
         a.files = 200
