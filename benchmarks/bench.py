@@ -27,7 +27,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 if str(CHECKOUT) not in sys.path:
     sys.path.insert(0, str(CHECKOUT))
 
-from benchmarks import report  # noqa: E402
+from benchmarks import atscale, report  # noqa: E402
 from benchmarks.phases import RESULTS, Bench, Plan, log  # noqa: E402
 from tests.support.pmcd import make_dir  # noqa: E402
 
@@ -100,6 +100,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run the pmda_mmv package found in DIR (a copy with a proposed change) "
         "as agent 'candidate', through PYTHONPATH",
     )
+    for phase, what in (
+        ("scale", "RSS per name, a new file and a rewrite among 100,000 names (scale.py)"),
+        ("check", "pmda-mmv check on one of 6,000 files (check.py)"),
+        ("appear", "1,000 files x 1,000 metrics appearing at once (appear.py)"),
+    ):
+        p.add_argument(f"--{phase}", action="store_true", help=f"also {what}")
+    p.add_argument("--at-scale", action="store_true", help="--scale --check --appear")
     return p.parse_args(argv)
 
 
@@ -117,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     try:
         results = Bench(plan, workdir, args.candidate, out.with_suffix("")).run()
+        phases = [p for p in atscale.PHASES if args.at_scale or getattr(args, p)]
+        at_scale = atscale.run(phases, args.quick, args.candidate, make_dir(workdir / "scale"))
     finally:
         if args.keep:
             log(f"work directory kept: {workdir}")
@@ -133,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         time.perf_counter() - started,
         " ".join(["benchmarks/run", *(sys.argv[1:] if argv is None else argv)]),
     )
+    doc["at_scale"] = at_scale
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(report.table(doc))
+    if at_scale:
+        print(atscale.table(at_scale))
     log(f"JSON written to {out}")
     return 0
 

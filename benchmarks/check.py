@@ -9,7 +9,7 @@ agent wrote after serving the directory (every file remembered, as on a host whe
 agent runs).  Printed: the median of ``--repeats`` runs per row, for this checkout and,
 with ``--candidate DIR``, the ``pmda_mmv`` package found in DIR, side by side.
 
-    .venv/bin/python benchmarks/check.py [--files N] [--repeats R] [--candidate DIR]
+    .venv/bin/python benchmarks/check.py [--files N] [--repeats R] [--candidate DIR] [--out F]
 """
 
 from __future__ import annotations
@@ -60,12 +60,13 @@ def check_seconds(package: Path, path: Path, registry: str, repeats: int) -> flo
     return statistics.median(times)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--files", type=int, default=6000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
-    a = p.parse_args()
+    p.add_argument("--out", type=Path, default=RESULTS / "check.json")
+    a = p.parse_args(argv)
     packages = {"pmda-mmv": CHECKOUT}
     if a.candidate:
         packages["candidate"] = a.candidate.resolve()
@@ -88,8 +89,8 @@ def main() -> int:
     print(f"{'':48}" + "".join(f"{k:>12}" for k in packages))
     for row, secs in rows.items():
         print(f"{row:48}" + "".join(f"{secs[k]:11.2f}s" for k in packages))
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "check.json").write_text(json.dumps({"files": a.files, "rows": rows}, indent=1))
+    a.out.parent.mkdir(exist_ok=True)
+    a.out.write_text(json.dumps({"files": a.files, "rows": rows}, indent=1))
     return 0
 
 

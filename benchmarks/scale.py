@@ -245,22 +245,24 @@ def table(doc: dict[str, Any]) -> str:
             f"{plain.get('new_file_ms', '-'):>11}{plain.get('rewrite_next_request_ms', '-'):>14}"
             f"{plain.get('rewrite_answered_ms', '-'):>14}"
         )
-    f = doc["floor"]
-    lines.append(
-        f"python3-pcp floor of one change among {n:,} names: {f['change_ms']} ms "
-        f"(namespace {f['pmns_rebuild_ms']} ms, pmdaRehash {f['rehash_ms']} ms)"
-    )
+    lines.append(floor_line(doc["floor"], n))
     return "\n".join(lines)
 
 
+def floor_line(f: dict[str, float], names: int) -> str:
+    """:func:`floor_change`'s figures ``f`` at ``names`` names, as one line."""
+    return (
+        f"python3-pcp floor of one change among {names:,} names: {f['change_ms']} ms "
+        f"(namespace {f['pmns_rebuild_ms']} ms, pmdaRehash {f['rehash_ms']} ms)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/scale.py", description=__doc__.splitlines()[0])
+    p = standalone.parser("benchmarks/scale.py", __doc__, RESULTS / "scale.json")
     p.add_argument("--files", type=int, default=100, help="files (default 100)")
     p.add_argument("--metrics", type=int, default=1000, help="metrics per file (default 1000)")
     p.add_argument("--repeats", type=int, default=5, help="repeats of each change (default 5)")
     p.add_argument("--quick", action="store_true", help="10 files x 1,000 metrics, 3 repeats")
-    p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
-    p.add_argument("--out", type=Path, default=RESULTS / "scale.json")
     a = p.parse_args(argv)
     if a.quick:
         a.files, a.repeats = 10, 3

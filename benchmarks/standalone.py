@@ -3,6 +3,7 @@ work directory, and the JSON document of a run (when, the command, the load aver
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -49,3 +50,12 @@ def document(
 def write(doc: dict[str, Any], out: Path) -> None:
     make_dir(out.parent)
     out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def parser(script: str, doc: str, out: Path) -> argparse.ArgumentParser:
+    """A standalone benchmark's command line: ``--candidate DIR`` and ``--out FILE``
+    (default ``out``), the description the first line of ``doc``."""
+    p = argparse.ArgumentParser(prog=script, description=doc.splitlines()[0])
+    p.add_argument("--candidate", type=Path, help="also run the pmda_mmv package in DIR")
+    p.add_argument("--out", type=Path, default=out)
+    return p

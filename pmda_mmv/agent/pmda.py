@@ -29,9 +29,9 @@ from pmda_mmv.agent.options import Options, parse_args
 from pmda_mmv.agent.ratelimit import LogLimit
 from pmda_mmv.agent.serving import Serving
 from pmda_mmv.directory import fdlimit
+from pmda_mmv.directory.budget import STARTUP_BUDGET, charge, collector_paused
 from pmda_mmv.directory.departures import Departures
 from pmda_mmv.directory.filestate import STATES, Changes
-from pmda_mmv.directory.scanner import STARTUP_BUDGET
 from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import pmunits
 from pmda_mmv.mmvfile.errors import Changed
@@ -69,6 +69,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
         self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
+        self.rebuilds = False  # this request changed python3-pcp's tables: it rebuilds them
         self.pcp_tables = pcpcompat.PmdaTables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
         self.status_instids = pcpcompat.Instids()  # by file name
@@ -206,6 +207,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         rebuilds its tables (pmdaRehash) when this callback returns, so the PMID hash's
         count is set right first (pmidhash.py)."""
         if self.pcp_tables.commit():
+            self.rebuilds = True
             problem = self.pmid_hash.reset()
             if problem:
                 self.log_line(problem)
@@ -224,14 +226,15 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         """Start of every request: bring the served tables up to date, within the
         scanner's budget (or ``budget`` seconds) when ``bounded``; the families' lock held
         (departures.py credits departed members meanwhile)."""
-        with self.families.lock:
+        with self.families.lock, collector_paused():
+            self.rebuilds = False
             self.departures.start()
             self.families.restore()  # a family that counted with no member's file: served
             self._refresh(force, bounded, budget)
 
     def _refresh(self, force: bool, bounded: bool, budget: float | None) -> None:
         rescans = self.scanner.rescans
-        changes = self.scanner.refresh(force, bounded, budget)
+        changes = self.scanner.refresh(force, bounded, budget, self._register_held())
         taken = self.held.take(changes, self.scanner.queued, time.monotonic())
         if taken is not None:
             self.apply(taken)
@@ -245,6 +248,16 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.watcher.ensure()  # (re)arm after the directory appeared or changed
         elif self.watcher.observer is None:
             self.watcher.ensure()
+
+    def _register_held(self) -> float:
+        """Register what is held when it is due (:class:`~.serving.Held`), before this
+        request loads more; returns what that charged the request's budget
+        (:func:`~.budget.charge`: the time it took, and python3-pcp's rebuild)."""
+        started = time.monotonic()
+        if not self.held.due(started):
+            return 0.0
+        self.apply(self.held.release())
+        return charge(time.monotonic() - started, len(self.model.served_names), self.rebuilds)
 
     def apply(self, changes: Changes) -> None:
         """Serve the catalogue's new state: every PMID and indom the changed files touch is

@@ -5,6 +5,6 @@
 states and changes), :mod:`.backoff` (retrying refused files), :mod:`.resources` (the limits
 and what the served files take), :mod:`.entrytable` (the entries' states, serving and
 unserving), :mod:`.loader` (one entry opened and validated, or refused), :mod:`.scanner`
-(the directory's lifecycle under the request budget) and :mod:`.watcher` (inotify or
-watchdog events).  No PCP imports.
+(the directory's lifecycle under the request budget, :mod:`.budget`) and :mod:`.watcher`
+(inotify or watchdog events).  No PCP imports.
 """

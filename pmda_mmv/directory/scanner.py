@@ -11,12 +11,12 @@ generation pair of served files at most every ``check_interval`` seconds.  Uncha
 keep their descriptor, tables, cluster and PMIDs.
 
 Budget: loading, validating and cataloguing stop once a request has spent ``budget``
-seconds on them (BUDGET; at least one entry is looked at per request, refused ones
+seconds on them (``budget.BUDGET``; at least one entry is looked at per request, refused ones
 included); the names not reached stay queued, in order, state PENDING, and the next
 requests go on with them.  A listing queues the new names first (a new file is served at
 the next request however many are known), then the known ones (one renamed over has a
 new stat).  A forced refresh (the first scan of an agent pmcd started with
-``pmda-mmv debug``) is not bounded; the first scan of the agent is, by STARTUP_BUDGET.
+``pmda-mmv debug``) is not bounded; the first scan of the agent is, by ``budget.STARTUP_BUDGET``.
 A reload a fetch finds (a served file given a new generation) loads at once only while
 the request's budget lasts, else it is queued as any other.
 
@@ -34,7 +34,6 @@ is followed only to a regular file inside the same directory; ``owners``; files 
 from __future__ import annotations
 
 import errno
-import gc
 import itertools
 import os
 import threading
@@ -42,6 +41,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
+from pmda_mmv.directory.budget import BUDGET, collector_paused
 from pmda_mmv.directory.containers import Containers
 from pmda_mmv.directory.entrytable import EntryTable
 from pmda_mmv.directory.filestate import (
@@ -59,16 +59,11 @@ from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.served import FileEntry
 
-BUDGET: Final = 0.1  # seconds a request spends loading files before the rest waits
 CHECK_BUDGET: Final = 64
 """Served files whose generation and writer one periodic check looks at (round robin)."""
 CLOSE_BUDGET: Final = 256
 """Descriptors of unserved files one request closes at least (then more within the
 budget)."""
-STARTUP_BUDGET: Final = 1.0
-"""Seconds the first scan spends loading files before the agent reports ready (pmcd sends
-nothing to a ``notready`` agent meanwhile, and answers its clients "Try again"): what is
-left loads within the budget of the next requests."""
 MAX_DIRTY: Final = 4096
 """Names queued (one each, however many events) before the queue becomes one listing."""
 
@@ -165,24 +160,22 @@ class Scanner:
     # -- the per-request check
 
     def refresh(
-        self, force: bool = False, bounded: bool | None = None, budget: float | None = None
+        self,
+        force: bool = False,
+        bounded: bool | None = None,
+        budget: float | None = None,
+        charged: float = 0.0,
     ) -> Changes:
         """Bring the catalogue up to date with the directory (within the budget, or
-        ``budget`` seconds, when ``bounded``, by default unless ``force``); returns what
-        changed.  The request's end of budget stays in :attr:`deadline` for the reloads
-        the fetch itself finds (:meth:`reload`).
-
-        Python's cyclic garbage collector is paused meanwhile: what a refresh allocates
-        (entries, states, tables) lives on, and collections while thousands of files are
-        loaded traverse every object served, more than doubling the catalogue's cost per
-        file at 4,000 files.  What a refresh frees, reference counting frees."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return self._refresh(force, bounded, self.budget if budget is None else budget)
-        finally:
-            if collecting:
-                gc.enable()
+        ``budget`` seconds, less ``charged`` seconds the request spent or will spend on
+        other work (:func:`~.budget.charge`), when ``bounded``, by default unless
+        ``force``); returns what changed.  The request's end of budget stays in
+        :attr:`deadline` for the reloads the fetch itself finds (:meth:`reload`).
+        Python's cyclic garbage collector is paused meanwhile
+        (:func:`~.budget.collector_paused`)."""
+        with collector_paused():
+            budget = self.budget if budget is None else budget
+            return self._refresh(force, bounded, None if budget is None else budget - charged)
 
     def _refresh(self, force: bool, bounded: bool | None, budget: float | None) -> Changes:
         changes = self._exited()

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pmda_mmv.directory.scanner import STARTUP_BUDGET
+from pmda_mmv.directory.budget import STARTUP_BUDGET
 from tests.support import hostile, mmvbuild
 from tests.support.commands import pmda_mmv
 from tests.support.mmvbuild import new_generation
