@@ -4,6 +4,7 @@ entry cannot give (:data:`NO_VALUE`, :data:`UNSUPPORTED`, :data:`MISSING`)."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -64,6 +65,8 @@ _CAST: Final = {
     layout.TYPE_DOUBLE: "d",
 }
 """memoryview formats of the numeric types read in bulk (native, first bytes of the union)."""
+_ONE: Final = {mtype: struct.Struct(code).unpack_from for mtype, code in _CAST.items()}
+"""The same formats, one value at a time: a singular metric's slice of one."""
 
 
 def decoder(mtype: int, read_string: ReadString) -> Decoder:
@@ -163,7 +166,10 @@ def column(
     if not sliced(snap, metric):
         decode = decoder(metric.type, read_string)
         return [decode(snap, s) if s >= 0 else MISSING for s in metric.slots]
+    one = metric.index
+    if isinstance(one, int):
+        return [_ONE[metric.type](snap.data, one)[0]]
     view = memoryview(snap.data).cast(_CAST[metric.type])  # type: ignore[call-overload]
-    first, step = metric.slots[0] // view.itemsize, metric.stride // view.itemsize
-    values: list[object] = view[first : first + step * len(metric.slots) : step].tolist()
+    first, step = one[0] // view.itemsize, metric.stride // view.itemsize
+    values: list[object] = view[first : first + step * len(one) : step].tolist()
     return values

@@ -80,9 +80,11 @@ class Indom:
 class Metric:
     """One metric entry.  ``indom`` is the file-local serial, or None when singular.
 
-    ``slots`` is the value index: for instance position p (see :attr:`Indom.positions`;
-    position 0 for a singular metric), the offset of the value entry relative to the
-    snapshot base, or -1 when the file has no value for it.
+    ``index`` is the value index: for instance position p (see :attr:`Indom.positions`),
+    the offset of the value entry relative to the snapshot base, or -1 when the file has
+    no value for it; a singular metric's is that one offset (an int, not an array of
+    one: a name costs 56 bytes less), an indom's an array by position (:attr:`slots`
+    reads either as an array).
 
     ``spill`` says why the metric cannot have its own item in the file's cluster (its
     item is past 1023, or an earlier metric of the file has it: the C agent drops it),
@@ -98,19 +100,43 @@ class Metric:
     shorthelp: str | None
     longhelp: str | None
     offset: int
-    slots: array[int] = field(default_factory=lambda: array("q"))
+    index: array[int] | int = -1
     stride: int = 0
     spill: str = ""
 
     @property
+    def slots(self) -> array[int]:
+        """The value index as an array by instance position (one slot when singular)."""
+        index = self.index
+        return array("q", (index,)) if isinstance(index, int) else index
+
+    def slot(self, pos: int) -> int:
+        """The value offset of instance position ``pos`` (-1: none)."""
+        index = self.index
+        return index if isinstance(index, int) else index[pos]
+
+    def set_slot(self, pos: int, at: int) -> None:
+        """Index the value entry at ``at`` (relative to the base) for position ``pos``."""
+        if isinstance(self.index, int):
+            self.index = at
+        else:
+            self.index[pos] = at
+
+    @property
     def value_count(self) -> int:
-        return sum(1 for s in self.slots if s >= 0)
+        index = self.index
+        if isinstance(index, int):
+            return int(index >= 0)
+        return sum(1 for s in index if s >= 0)
 
     def find_stride(self) -> None:
         """Set ``stride`` when every instance has a value and the value entries are evenly
         spaced and 8-byte aligned in the span (libpcp_mmv writes a metric's values in
         instance order), so that :meth:`MmvFile.column` can read them in one slice."""
-        s = self.slots
+        s = self.index
+        if isinstance(s, int):
+            self.stride = layout.VALUE_SIZE if s >= 0 and s % 8 == 0 else 0
+            return
         if not s:
             self.stride = 0
             return

@@ -1,6 +1,6 @@
 """METRICS entries (mmv(5) "Metrics"): a metric whose name, type, semantics or indom is
 not servable is skipped and recorded; the rest get an empty value index
-(:attr:`~.entries.Metric.slots`) for the VALUES sections to fill.  A metric whose item the
+(:attr:`~.parsed.Metric.index`) for the VALUES sections to fill.  A metric whose item the
 C agent cannot serve (past 1023, or the item of an earlier metric of the file) is kept,
 marked :attr:`~.entries.Metric.spill` with why: the catalogue serves it under a spill
 cluster (docs/spill.md)."""
@@ -13,7 +13,7 @@ from typing import Any
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.errors import Refused
 from pmda_mmv.mmvfile.parse.state import State
-from pmda_mmv.mmvfile.parse.strings import cstring, help_text, shared, string
+from pmda_mmv.mmvfile.parse.strings import cstring, help_text, shared, shared_number, string
 from pmda_mmv.mmvfile.parsed import Metric, Toc
 from pmda_mmv.mmvfile.rules import name_problem
 
@@ -64,14 +64,14 @@ def _metric(
     longhelp = help_text(st, long_, f"{where}.longhelp", long_at)
     return Metric(
         shared(name),
-        item,
+        shared_number(item),
         mtype,
         sem,
-        dim,
+        shared_number(dim),
         serial,
         None if shorthelp is None else shared(shorthelp),
         None if longhelp is None else shared(longhelp),
-        at,
+        shared_number(at),
     )
 
 
@@ -120,4 +120,4 @@ def metric_slots(st: State) -> None:
                 message=why,
                 limit=limits.MAX_ENTRIES[layout.TOC_VALUES],
             )
-        m.slots = array("q", [-1]) * n
+        m.index = -1 if m.indom is None else array("q", [-1]) * n

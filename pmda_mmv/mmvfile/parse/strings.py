@@ -3,26 +3,39 @@ offset from metric names (v2, v3), instance names (v2, v3), help texts and strin
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeVar
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.parse.state import State
 
 SHARED_MAX: Final = 16_384
-"""Texts :func:`shared` remembers at most (then it forgets them all at once): a bound on
-what it keeps alive, whatever the names served."""
+"""Texts, and numbers, :func:`shared` and :func:`shared_number` remember at most (then
+they forget them all at once): a bound on what they keep alive, whatever the names served."""
 _SHARED: dict[str, str] = {}
+_NUMBERS: dict[int, int] = {}
+_Value = TypeVar("_Value", str, int)
 
 
 def shared(text: str) -> str:
     """The one ``str`` of ``text``'s value met lately: the metric names, name components
     and help text that many files repeat (the processes of one application) are kept
     once, not once per file."""
-    got = _SHARED.get(text)
+    return _one(_SHARED, text)
+
+
+def shared_number(number: int) -> int:
+    """The one ``int`` of ``number``'s value met lately (Python shares only -5 to 256):
+    the items, units words and entry and value offsets that the files of one application
+    repeat, metric for metric, are kept once (28 to 32 bytes each, a name)."""
+    return _one(_NUMBERS, number)
+
+
+def _one(table: dict[_Value, _Value], value: _Value) -> _Value:
+    got = table.get(value)
     if got is None:
-        if len(_SHARED) >= SHARED_MAX:
-            _SHARED.clear()
-        got = _SHARED[text] = text
+        if len(table) >= SHARED_MAX:
+            table.clear()
+        got = table[value] = value
     return got
 
 

@@ -1,5 +1,5 @@
 """VALUES entries (mmv(5) "Values"): each names its metric and instance entry by offset;
-the accepted ones fill the metrics' value index (:attr:`~.parsed.Metric.slots`, offsets
+the accepted ones fill the metrics' value index (:attr:`~.parsed.Metric.index`, offsets
 relative to the values span) and the rest are recorded."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from array import array
 
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.parse.state import State
-from pmda_mmv.mmvfile.parse.strings import string, string_ok
+from pmda_mmv.mmvfile.parse.strings import shared_number, string, string_ok
 from pmda_mmv.mmvfile.parsed import Metric, Toc
 
 V = layout.VALUE.at
@@ -47,7 +47,7 @@ def values(st: State, toc: Toc) -> None:
         else:
             run = _run(st, metric, moffs, ioffs, extras, i)
         if run and metric is not None:  # a whole metric, instance by instance, as libpcp_mmv
-            metric.slots = array("q", range(at - base, at - base + run * step, step))
+            metric.index = array("q", range(at - base, at - base + run * step, step))
             at += run * step
             i += run
             continue
@@ -58,8 +58,8 @@ def values(st: State, toc: Toc) -> None:
             else:
                 found = instance_at.get(ioff)
                 pos = found[1] if found is not None and found[0].serial == metric.indom else -1
-            if pos >= 0 and metric.slots[pos] < 0:
-                metric.slots[pos] = at - base
+            if pos >= 0 and metric.slot(pos) < 0:
+                metric.set_slot(pos, shared_number(at - base))
                 at += step
                 continue
         value(st, at, f"values[{i - 1}]")
@@ -131,7 +131,7 @@ def value(st: State, at: int, where: str) -> None:
             st.problem(f"{where}.instance", at + V["instance"], why)
             return
         pos = found[1]
-    if metric.slots[pos] >= 0:
+    if metric.slot(pos) >= 0:
         st.problem(f"{where}", at, f"duplicate value for metric {metric.name}, ignored")
         return
     extra_at = at + V["extra"]
@@ -139,4 +139,4 @@ def value(st: State, at: int, where: str) -> None:
         if string(st, extra, f"{where}.extra", extra_at, False) is None:
             return
         st.good_strings.add(extra)
-    metric.slots[pos] = at - st.out.base
+    metric.set_slot(pos, shared_number(at - st.out.base))

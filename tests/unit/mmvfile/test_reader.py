@@ -1211,3 +1211,38 @@ def test_files_repeating_names_and_help_text_keep_one_string_of_each(load: Loade
     for n in range(strings.SHARED_MAX + 10):
         strings.shared(f"text {n}")
     assert 0 < len(strings._SHARED) <= strings.SHARED_MAX
+
+
+def test_files_of_one_layout_share_their_ints_and_index_a_singular_value_by_an_int(
+    load: Loader,
+) -> None:
+    """Regression: a singular metric's value index was an array of one offset (88 bytes),
+    and its item, units word and entry and value offsets ints of each file's own (past
+    256, 28 to 32 bytes each): the files of one application (the same layout in every
+    file) paid for them once per metric per file.  The offset is the index itself and
+    the ints are one object each across files, and what is remembered stays bounded."""
+    from pmda_mmv.mmvfile.parse import strings
+
+    def app() -> MmvBuilder:
+        b = MmvBuilder(cluster=5)
+        b.indoms.append(Indom(4, [Instance(0, "a"), Instance(1, "b")]))
+        b.metrics += [Metric(f"m{i}", 300 + i, dimension=0x100000 + i) for i in range(3)]
+        b.metrics.append(Metric("many", 400, indom=4))
+        b.values += [Value(f"m{i}", None, i) for i in range(3)]
+        b.values += [Value("many", 0, 7), Value("many", 1, 8)]
+        return b
+
+    (one, _), (two, _) = load(app(), "one"), load(app(), "two")
+    for first, second in zip(one.metrics, two.metrics, strict=True):
+        assert first.item is second.item and first.dimension is second.dimension
+        assert first.offset is second.offset
+        assert first.item > 256 and first.offset > 256
+    singular, many = one.metrics[0], one.metrics[3]
+    assert isinstance(singular.index, int) and singular.index is two.metrics[0].index
+    assert list(singular.slots) == [singular.index] and singular.value_count == 1
+    assert list(many.slots) == list(many.index) and many.value_count == 2
+    snap = one.snapshot()
+    assert [one.column(snap, m) for m in one.metrics] == [[0], [1], [2], [7, 8]]
+    for n in range(strings.SHARED_MAX + 10):
+        strings.shared_number(1000 + n)
+    assert 0 < len(strings._NUMBERS) <= strings.SHARED_MAX
