@@ -1,6 +1,6 @@
-"""Issue 28's finding 6, measured on pmda-mmv and the C pmdammv in one run (private pmcds
-with pmcd's default 5 s agent timeout), for the table in docs/bounded.md: 200 files of
-2,047 empty indoms (and one metric each, 66 KB a file, 13 MB in all) renamed into a served
+"""Many empty indoms (docs/bounded.md), measured on pmda-mmv and the C pmdammv in one run
+(private pmcds with pmcd's default 5 s agent timeout), for its table: 200 files of 2,047
+empty indoms (and one metric each, 66 KB a file, 13 MB in all) renamed into a served
 directory; the agent's RSS once all are served (or after ``--wait`` seconds).
 
 Usage (root, as the pmcd tests): ``.venv/bin/python -m benchmarks.bounded3``.

@@ -1,4 +1,5 @@
-"""A fetch with 100 container writers against the same fetch with 100 host writers (issue 25).
+"""A fetch with 100 container writers against the same fetch with 100 host writers
+(docs/containers.md).
 
 Two private pmcds, each with pmda-mmv over a directory of N (default 100) MMV_FLAG_PROCESS
 files, each file written by its own python3-pcp ``pcp.mmv`` process

@@ -1,9 +1,9 @@
-"""Where discovering new files goes, in process (issue 16): ``Scanner.refresh(force=True)``
-over N files written by libpcp_mmv (5 metrics, an indom of 4 instances, cluster 0), split
-into phases by timing wrappers: listing (``os.listdir``), reading and validating
-(``MmvFile.open``), cataloguing (``Catalogue.add``), and the scanner's own work (the rest:
-stat, states, queue, budget, refusals).  Printed: microseconds per file per phase, best of
-``--repeats`` (a fresh scanner each time, files in the page cache).
+"""Where discovering new files goes, in process (docs/performance.md, Discovery):
+``Scanner.refresh(force=True)`` over N files written by libpcp_mmv (5 metrics, an indom of
+4 instances, cluster 0), split into phases by timing wrappers: listing (``os.listdir``),
+reading and validating (``MmvFile.open``), cataloguing (``Catalogue.add``), and the
+scanner's own work (the rest: stat, states, queue, budget, refusals).  Printed: microseconds
+per file per phase, best of ``--repeats`` (a fresh scanner each time, files in the page cache).
 
     .venv/bin/python benchmarks/discovery.py [--files N] [--repeats R] [--profile]
 """

@@ -1,5 +1,5 @@
 """A family's fetch against fetching its members' files one by one, and the cost of 5,000
-departed members' files beside them (issue 24; docs/families.md).
+departed members' files beside them (docs/families.md).
 
 ``--members`` files (default 200) of ``--metrics`` singular metrics each (default 100,
 counters and instants alternately), written with tests/support/mmvbuild.py, served by pmda-mmv with

@@ -1,4 +1,4 @@
-"""A good file's fetch time beside each hostile population (issue 17), C pmdammv against
+"""A good file's fetch time beside each hostile population, C pmdammv against
 pmda-mmv in the same run, both under pmcd's default agent timeout (5 s).
 
 Two private pmcds (tests/support/pmcd.py, no ``-t``), one per agent, each serving its own directory

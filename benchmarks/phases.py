@@ -326,7 +326,7 @@ class Bench:
         self.remove_files(f"{SCAN_FILE.name}*", expect=0, only=a)
 
     def pyfloor_startup_ms(self, n: int) -> float:
-        """The python3-pcp floor of startup with ``n`` files (issue 16): ``pyfloor.py``
+        """The python3-pcp floor of startup with ``n`` files: ``pyfloor.py``
         registering the metrics and indoms of ``n`` scan files from its command line, no
         file read or validated, timed as :meth:`startup_ms` (restart to its last name
         resolving).  No agent built on ``pcp.pmda.PMDA`` starts faster than this."""

@@ -1,4 +1,4 @@
-"""Ratios, targets (issue 7), the printed table and the JSON document of one run."""
+"""Ratios, targets (docs/performance.md), the printed table and the JSON document of one run."""
 
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def rss_summary(rss: dict[str, Any]) -> None:
 
 
 def targets(res: dict[str, Any], a: str) -> list[dict[str, Any]]:
-    """The targets of issue 7 for agent ``a``, each with the measured value and whether it
-    is met."""
+    """The fetch and discovery targets (docs/performance.md) for agent ``a``, each with
+    the measured value and whether it is met."""
     out: list[dict[str, Any]] = []
 
     def add(name: str, value: float | None, shown: str, met: bool | None) -> None:
@@ -100,7 +100,7 @@ def targets(res: dict[str, Any], a: str) -> list[dict[str, Any]]:
         )
         add("1,000 files rescanned in under a second", worst, shown, worst < 1000)
     per_file = registration_ms_per_file(res["scan"])
-    for n in ("100", "1000"):  # issue 16
+    for n in ("100", "1000"):
         row = res["scan"].get(n)
         if row and a in row["add_ms"] and "c" in row["add_ms"]:
             x = row["add_ms"][a] / row["add_ms"]["c"]
@@ -134,9 +134,9 @@ def targets(res: dict[str, Any], a: str) -> list[dict[str, Any]]:
 
 
 def registration_ms_per_file(scan: dict[str, Any]) -> float | None:
-    """What python3-pcp alone spends registering one more scan file's metrics and indom
-    (issue 16): the py floor's startup with the most files less its startup with the
-    fewest, per file; ``None`` without two such figures, or when it is not positive."""
+    """What python3-pcp alone spends registering one more scan file's metrics and indom:
+    the py floor's startup with the most files less its startup with the fewest, per
+    file; ``None`` without two such figures, or when it is not positive."""
     starts = {
         int(n): row["startup_ms"]["pyfloor"]
         for n, row in scan.items()
@@ -220,7 +220,7 @@ def table(doc: dict[str, Any]) -> str:
     lines += ["", "RSS (VmRSS, MB)", *_rss_lines(doc["rss"])]
     for key, title in (("targets", "pmda-mmv"), ("targets_candidate", "candidate")):
         if key in doc:
-            lines += ["", f"Targets (issue 7), {title}"]
+            lines += ["", f"Targets, {title}"]
             for tg in doc[key]:
                 mark = {True: "met", False: "MISSED", None: "?"}[tg["met"]]
                 lines.append(f"  [{mark:>6}] {tg['target']}: {tg['shown']}")

@@ -3,7 +3,7 @@
 (under 300 lines: the reference lives in docs/); neither names the project's issues by
 number ("issue N", "(issues N, M)"): a reader has no tracker to look them up in, and
 the text must say what it means (another project's issue, "PCP issue #N", is a
-reference and stays); nor do the package's and the tests' sources, nor findings or
+reference and stays); nor do the sources (package, tests, benchmarks, scripts), nor findings or
 rounds by number: a comment or docstring says what a thing is or guards, not its
 history; nor are the pages run logs: no dates ("2026-12-02", "2 Dec", "December
 2"), times of day ("17:19 UTC") or "this session" / "last run": a measurement says what
@@ -25,7 +25,11 @@ HISTORY = re.compile(
     r"\b(?:[Ii]ssues?|[Ff]indings?|[Rr]ounds?) \d+(?:(?:, | and )\d+)*"
     r"|\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last) round\b"
 )
-SOURCES = sorted(p for tree in ("pmda_mmv", "tests") for p in (CHECKOUT / tree).rglob("*.py"))
+SOURCES = sorted(
+    p
+    for tree in ("pmda_mmv", "tests", "benchmarks", "fuzz", "soak", "examples")
+    for p in (CHECKOUT / tree).rglob("*.py")
+) + sorted(p for p in (CHECKOUT / "scripts").iterdir() if p.is_file())
 
 
 def anchors(page: Path) -> set[str]:
