@@ -22,7 +22,7 @@ import psutil  # noqa: F401 -- imported as root before set_user: see liveness
 from pcp.pmapi import pmContext
 from pcp.pmda import PMDA
 
-from pmda_mmv.agent import control, pcpcompat, serving
+from pmda_mmv.agent import control, hold, pcpcompat
 from pmda_mmv.agent.assembly import RegistryChoice, assemble
 from pmda_mmv.agent.control import DEBUG, FILES, METRICS, RELOAD, ControlMetric
 from pmda_mmv.agent.options import Options, parse_args
@@ -40,7 +40,7 @@ from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry
 
 __all__ = ["MmvPMDA", "main"]
 
-HOLD = serving.HOLD  # the hold of files loaded while more wait (serving.Held)
+HOLD = hold.HOLD  # the hold of files loaded while more wait (hold.Hold)
 
 
 class MmvPMDA(PMDA):  # type: ignore[misc]
@@ -68,7 +68,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         self.watcher = Watcher(directory, self._mark, polling=opts.polling)
         self.model = Serving(self.catalogue, self.log_line, self.families)
         self.reload_stored = False  # pmstore mmv.control.reload: notify names at the rescan
-        self.held = serving.Held()  # loaded, not yet in the tables (HOLD)
+        self.held = hold.Hold()  # loaded, not yet in the tables (HOLD)
         self.rebuilds = False  # this request changed python3-pcp's tables: it rebuilds them
         self.pcp_tables = pcpcompat.PmdaTables(self)  # python3-pcp's own tables, indexed
         self.pmid_hash = pcpcompat.PmidHashReset(opts.domain, opts.pmid_hash_reset)
@@ -250,7 +250,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
             self.watcher.ensure()
 
     def _register_held(self) -> float:
-        """Register what is held when it is due (:class:`~.serving.Held`), before this
+        """Register what is held when it is due (:class:`~.hold.Hold`), before this
         request loads more; returns what that charged the request's budget
         (:func:`~.budget.charge`: the time it took, and python3-pcp's rebuild)."""
         started = time.monotonic()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from pmda_mmv.agent.aggregate import FamilyTable
 from pmda_mmv.agent.control import FILE_STATUS, FILES_BY_STATE, state_counts
@@ -35,7 +35,6 @@ from pmda_mmv.agent.tables import (
     first_of,
     status_table,
 )
-from pmda_mmv.directory.budget import HELD_NAMES
 from pmda_mmv.directory.filestate import Changes, FileState
 from pmda_mmv.mmvfile import layout, limits
 from pmda_mmv.mmvfile.decode import Snapshot
@@ -44,12 +43,6 @@ from pmda_mmv.mmvfile.pcpdefs import PM_ERR_APPVERSION, PM_IN_NULL, Log
 from pmda_mmv.namespace.catalogue import Catalogue
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import CONTROL_CLUSTER, FileEntry, ServedIndom, ServedMetric
-
-HOLD: Final = 0.3
-"""Seconds the files loaded while more wait in the scanner's queue may be held back from
-the tables (a removal is applied at once, with all that was held): each table change
-makes libpcp rebuild the whole namespace, so 10,000 files arriving at once are registered
-in a few rebuilds, not one per request."""
 
 
 def pmid_key(cluster: int, item: int) -> int:
@@ -78,45 +71,6 @@ class MergedIndom(NamedTuple):
     instances: list[tuple[int, str]]
     oneline: str | None
     helptext: str | None
-
-
-class Held:
-    """The changes loaded while more files wait in the scanner's queue, held back from the
-    tables (each table change makes python3-pcp rebuild its whole namespace): registered
-    by the request that finds them :meth:`due` (held for :data:`HOLD` seconds, or
-    :data:`~.budget.HELD_NAMES` names), before it loads more, or at once when nothing
-    more waits or a file was removed (:meth:`take`)."""
-
-    def __init__(self) -> None:
-        self.changes = Changes()
-        self.since = 0.0
-        self.names = 0  # metrics of the files held
-        self.released = False  # since the last request: python3-pcp rebuilt its tables
-
-    def due(self, now: float) -> bool:
-        """Whether what is held is to be registered at the start of this request.  What a
-        request that registered went on to load is held from the next request on: the
-        rebuild in between (which grows with the names served) counts for no hold."""
-        if self.released:
-            self.since, self.released = now, False
-        return bool(self.changes) and (now - self.since >= HOLD or self.names >= HELD_NAMES)
-
-    def release(self) -> Changes:
-        """Everything held, which is held no longer."""
-        taken, self.changes, self.names = self.changes, Changes(), 0
-        self.released = True
-        return taken
-
-    def take(self, changes: Changes, queued: int, now: float) -> Changes | None:
-        """Add ``changes``; returns everything held when it is registered now (nothing
-        queued, or a removal), else None."""
-        if changes and not self.changes and not self.released:
-            self.since = now
-        self.changes.extend(changes)
-        self.names += sum(len(e.metrics) for e in changes.added)
-        if not queued or changes.removed:
-            return self.release()
-        return None
 
 
 # -- the model ------------------------------------------------------------------------------

@@ -300,10 +300,10 @@ def test_a_request_that_registers_held_names_loads_one_file(tmp_path: Path) -> N
             b.metrics.append(mb.Metric(f"m{j}", j + 1))
         b.write(tmp_path / f"f{k:02d}")
     script = (
-        "from pmda_mmv.agent import serving\n"
+        "from pmda_mmv.agent import hold\n"
         "from pmda_mmv.directory import budget\n"
         "budget.REBUILD_COST = 1.0\n"
-        "serving.HELD_NAMES = 300\n"
+        "hold.HELD_NAMES = 300\n"
         "agent.scanner.budget = 0.004\n"
         "charged = []\n"
         "register = agent._register_held\n"

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from pmda_mmv.agent import control, serving, tables
-from pmda_mmv.agent.serving import Held, Plan, Serving, pmid_key
+from pmda_mmv.agent import control, hold, serving, tables
+from pmda_mmv.agent.hold import Hold
+from pmda_mmv.agent.serving import Plan, Serving, pmid_key
 from pmda_mmv.directory.filestate import OK, REFUSED, STATES, Changes
 from pmda_mmv.directory.scanner import Scanner
 from pmda_mmv.mmvfile import layout, pcpdefs
@@ -312,11 +313,11 @@ def test_changes_are_held_while_more_files_wait(served: Served) -> None:
     single(5, 1).write(served.path / "a")
     single(6, 1).write(served.path / "b")
     loaded = served.scanner.refresh(True)
-    held = Held()
+    held = Hold()
     assert held.take(loaded, queued=5, now=0.0) is None  # more waiting: held back
-    assert not held.due(serving.HOLD / 2)
-    assert held.take(Changes(), queued=5, now=serving.HOLD) is None
-    assert held.due(serving.HOLD)  # registered at the start of the request, before loading
+    assert not held.due(hold.HOLD / 2)
+    assert held.take(Changes(), queued=5, now=hold.HOLD) is None
+    assert held.due(hold.HOLD)  # registered at the start of the request, before loading
     assert [e.name for e in held.release().added] == ["a", "b"]
     assert not held.due(200.0)
     assert held.take(Changes(), queued=0, now=200.0) == Changes()  # nothing held
@@ -338,8 +339,8 @@ def test_names_held_past_held_names_are_registered_at_the_next_request(
     held for 0.3 s, 57,000 names, whose registration took 0.2-0.7 s of one request before
     python3-pcp's rebuild.  Past HELD_NAMES names they are registered at the next request,
     however short the hold."""
-    monkeypatch.setattr(serving, "HELD_NAMES", 1500)
-    held = Held()
+    monkeypatch.setattr(hold, "HELD_NAMES", 1500)
+    held = Hold()
     many(5, 1000).write(served.path / "a")
     assert held.take(served.scanner.refresh(True), queued=5, now=0.0) is None
     assert not held.due(0.01)
@@ -353,22 +354,22 @@ def test_the_hold_restarts_after_the_request_that_registered(served: Served) -> 
     registration takes about a second, so what the registering request loaded had waited
     past HOLD at the next request: one file registered, and rebuilt, per request.  What it
     loads is held from the next request on."""
-    held = Held()
+    held = Hold()
     single(5, 1).write(served.path / "a")
     assert held.take(served.scanner.refresh(True), queued=5, now=0.0) is None
-    assert held.due(serving.HOLD)
+    assert held.due(hold.HOLD)
     held.release()
     single(6, 1).write(served.path / "b")  # loaded by the request that registered a
-    assert held.take(served.scanner.refresh(True), queued=5, now=serving.HOLD) is None
-    after_rebuild = serving.HOLD + 1.0
+    assert held.take(served.scanner.refresh(True), queued=5, now=hold.HOLD) is None
+    after_rebuild = hold.HOLD + 1.0
     assert not held.due(after_rebuild)
-    assert held.due(after_rebuild + serving.HOLD)
+    assert held.due(after_rebuild + hold.HOLD)
     assert [e.name for e in held.release().added] == ["b"]
 
 
 def test_a_removal_releases_what_is_held(served: Served) -> None:
     single(5, 1).write(served.path / "a")
-    held = Held()
+    held = Hold()
     assert held.take(served.scanner.refresh(True), queued=3, now=0.0) is None
     os.unlink(served.path / "a")
     single(6, 1).write(served.path / "b")
@@ -379,7 +380,7 @@ def test_a_removal_releases_what_is_held(served: Served) -> None:
 
 def test_nothing_queued_applies_at_once(served: Served) -> None:
     single(5, 1).write(served.path / "a")
-    taken = Held().take(served.scanner.refresh(True), queued=0, now=0.0)
+    taken = Hold().take(served.scanner.refresh(True), queued=0, now=0.0)
     assert taken is not None and [e.name for e in taken.added] == ["a"]
 
 
