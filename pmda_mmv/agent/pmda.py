@@ -257,7 +257,7 @@ class MmvPMDA(PMDA):  # type: ignore[misc]
         if not self.held.due(started):
             return 0.0
         self.apply(self.held.release())
-        return charge(time.monotonic() - started, len(self.model.served_names), self.rebuilds)
+        return charge(time.monotonic() - started, self.model.served_count, self.rebuilds)
 
     def apply(self, changes: Changes) -> None:
         """Serve the catalogue's new state: every PMID and indom the changed files touch is

@@ -125,6 +125,11 @@ class Serving:
         self.tables[pmid_key(CONTROL_CLUSTER, FILES_BY_STATE)] = by_state
 
     @property
+    def served_count(self) -> int:
+        """How many PMIDs the files serve (the catalogue's count: no dictionary made)."""
+        return len(self.catalogue.sources)
+
+    @property
     def served_names(self) -> dict[int, str]:
         """The names the files serve by PMID key, read from the catalogue at each call (no
         dictionary of names kept: a name costs its entry in the catalogue only)."""
