@@ -18,7 +18,9 @@ import pwd
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -174,37 +176,45 @@ def pmie_config(directory: Path, delta: str) -> Path:
     return conf
 
 
+def pmie_log(conf: Path) -> Path:
+    """pmie's log, in the directory ``pmie_output`` runs it in."""
+    return conf.parent / "run" / "pmie.log"
+
+
+def pmie_lines(log: Path) -> list[str]:
+    """The lines of pmie's ``log`` less pmie's own (its start and end)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    own = ("Log for pmie ", "Log finished ", "pmie: PID = ")
+    return [line for line in text.splitlines() if line and not line.startswith(own)]
+
+
 def pmie_output(pmcd: PrivatePmcd, conf: Path, seconds: float, want: str | None) -> list[str]:
     """The lines pmie's actions write (its log, less pmie's own lines) while it evaluates
     ``conf`` against ``pmcd`` for ``seconds`` (or until a line has ``want``); pmie is
-    stopped before this returns."""
+    stopped before this returns.  The lines are those before pmie is stopped: a SIGTERM
+    that finds pmie waiting for a fetch's answer makes it log that fetch's failure and the
+    lost connection (docs/watching.md), pmie's stopping, not the agent's."""
     env = {k: v for k, v in ENV.items() if not k.startswith("PMCD_")}
-    work = conf.parent / "run"  # pmie (as root) runs as the PCP user: its log, stats file
+    work = pmie_log(conf).parent  # pmie (as root) runs as the PCP user: its log, stats file
     make_dir(work / "tmp", 0o775)
     user = pwd.getpwnam(pcp_config("PCP_USER", "pcp"))
     for path in (work, work / "tmp"):
         os.chown(path, user.pw_uid, user.pw_gid)
     env["PCP_TMP_DIR"] = str(work / "tmp")  # not the system's
-    log = work / "pmie.log"
-    argv = ["pmie", "-h", pmcd.host, "-c", str(conf), "-l", str(log)]
+    argv = ["pmie", "-h", pmcd.host, "-c", str(conf), "-l", str(pmie_log(conf))]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
-
-    def actions() -> list[str]:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        own = ("Log for pmie ", "Log finished ", "pmie: PID = ")
-        return [line for line in text.splitlines() if line and not line.startswith(own)]
-
     try:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and proc.poll() is None:
-            if want is not None and any(want in line for line in actions()):
+            if want is not None and any(want in line for line in pmie_lines(pmie_log(conf))):
                 break
             time.sleep(0.1)
-        assert proc.poll() is None, f"pmie exited: {actions()}"
+        lines = pmie_lines(pmie_log(conf))
+        assert proc.poll() is None, f"pmie exited: {lines}"
     finally:
         proc.terminate()
         proc.wait(10)
-    return actions()
+    return lines
 
 
 def test_pmie_reports_a_refused_file_within_the_rules_delta(
@@ -226,6 +236,30 @@ def test_pmie_says_nothing_for_a_directory_of_good_files(
     conf = pmie_config(private_dir / "pmie", "1 sec")
     out = pmie_output(pmcd, conf, 4, None)  # every rule, four times over
     assert out == []
+
+
+def test_pmie_stopped_while_a_fetch_waits_for_the_agent_reports_nothing_of_it(
+    served: Callable[[dict[str, MmvBuilder]], PrivatePmcd], private_dir: Path
+) -> None:
+    pmcd = served({})
+    conf = pmie_config(private_dir / "pmie", "1 sec")
+    (agent,) = pmcd.agent_processes()
+    # the agent stopped after pmie's second fetch: its third waits (on pmcd, pmcd on the
+    # agent, well within pmcd's 5 s agent timeout) when pmie is stopped
+    halt = threading.Timer(1.5, os.kill, (agent, signal.SIGSTOP))
+    halt.start()
+    try:
+        out = pmie_output(pmcd, conf, 2.7, None)
+    finally:
+        halt.join()
+        os.kill(agent, signal.SIGCONT)
+    assert out == []
+    # what pmie logs of its own stopping (this PCP's pmie; docs/watching.md)
+    after = pmie_lines(pmie_log(conf))
+    assert len(after) == 2, after
+    assert re.search(r"Error: pmFetch from \S+ failed: IPC protocol failure$", after[0])
+    assert re.search(r"Info: Lost connection to pmcd \S+$", after[1])
+    assert pmcd.fetch("mmv.control.file.state_code") == {"app_w0": "0", "app_w1": "0"}
 
 
 def test_pmie_reports_a_file_without_a_writer_after_held_evaluations(
