@@ -389,7 +389,8 @@ def test_a_family_with_counts_is_served_after_agent_restarts_with_no_live_member
     assert values == sorted(values), replay.stdout  # never falls back
     logged = (private_dir / "pmlogger.log").read_text()
     assert hits.count(str(counted["hits"])) >= 2, (replay.stdout, logged)  # after the restarts
-    assert hits[-1] == str(counted["hits"]), (replay.stdout, logged)
+    # the last value logged (PCP 7.2's pmlogger ends its archive with a row of no value)
+    assert values[-1] == counted["hits"], (replay.stdout, logged)
 
 
 def test_workers_killed_while_the_agent_is_down_are_credited_and_served_at_its_start(
