@@ -245,13 +245,17 @@ def test_pmie_stopped_while_a_fetch_waits_for_the_agent_reports_nothing_of_it(
     conf = pmie_config(private_dir / "pmie", "1 sec")
     (agent,) = pmcd.agent_processes()
     # the agent stopped after pmie's second fetch: its third waits (on pmcd, pmcd on the
-    # agent, well within pmcd's 5 s agent timeout) when pmie is stopped
+    # agent, well within pmcd's 5 s agent timeout) when pmie is stopped; the agent resumes
+    # half a second later (PCP 6.3's pmie waits for that fetch's answer before it exits)
     halt = threading.Timer(1.5, os.kill, (agent, signal.SIGSTOP))
+    resume = threading.Timer(3.2, os.kill, (agent, signal.SIGCONT))
     halt.start()
+    resume.start()
     try:
         out = pmie_output(pmcd, conf, 2.7, None)
     finally:
         halt.join()
+        resume.join()
         os.kill(agent, signal.SIGCONT)
     assert out == []
     # what pmie logs of its own stopping, if anything (PCP 6.0.3's pmie: these two lines;
