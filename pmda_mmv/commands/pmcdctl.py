@@ -4,6 +4,7 @@ told to read its configuration again."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -76,11 +77,32 @@ def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> No
     try:
         status = proc.wait()
     except BaseException:
-        proc.kill()
-        proc.wait()
+        _kill_tree(proc)
         raise
     if status:
         raise InstallError(f"{' '.join(argv)} in {cwd} exited {status}")
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a script and every process it started (a subshell of PCP's Install survives
+    its parent's SIGKILL and went on running ./pmdammv after the rollback): each is
+    stopped first, so that none starts another while they are collected, then killed."""
+    import psutil
+
+    try:
+        top = psutil.Process(proc.pid)
+        top.suspend()
+        tree = [top, *top.children(recursive=True)]
+        for p in tree[1:]:
+            p.suspend()
+        tree += [c for c in top.children(recursive=True) if c not in tree]
+    except psutil.Error:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    proc.kill()
+    proc.wait()
 
 
 def mmv_line(pmcdconf: Path) -> str:

@@ -1,0 +1,40 @@
+"""Running PCP's scripts (pmda_mmv.commands.pmcdctl): a script stopped by a signal that
+stops install takes every process it started with it, before anything is put back."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from pmda_mmv.commands import pmcdctl
+
+
+class Stopped(Exception):
+    """Raised by the test's alarm, as undo.Interrupted is by SIGTERM during install."""
+
+
+def stop(signum: int, frame: FrameType | None) -> None:
+    raise Stopped
+
+
+def test_a_stopped_script_leaves_no_subshell_running(tmp_path: Path) -> None:
+    """Found in the trixie run: PCP's Install, stopped midway, printed "./pmdammv: not
+    found" after the rollback had put the stock files back: a subshell of the script
+    survived its parent's SIGKILL and went on.  Here a subshell writes a file a second
+    after the script is stopped; nothing may write it."""
+    late = tmp_path / "late"
+    script = f"(sleep 1; touch '{late}') & wait"
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with pytest.raises(Stopped):
+            pmcdctl.run(["sh", "-c", script], tmp_path)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    time.sleep(1.5)
+    assert not late.exists()
