@@ -142,16 +142,7 @@ def test_family_counters_never_fall_back_and_equal_what_the_workers_counted(
     pmcd = private_pmcd(our_agent(private_mmv_dir, "--family", family, notready=False))
     assert family_values(pmcd, "mmv.websrv.busy") == {None: 1 + 2 + 3 + 4}  # sum: live only
     assert family_values(pmcd, "mmv.websrv.slot") == {None: newest_slot(private_mmv_dir)}
-    conf = private_dir / "family.config"
-    conf.write_text("log mandatory on every 1 sec {\n    mmv.websrv\n}\n")
-    logger = subprocess.Popen(
-        [
-            *("pmlogger", "-h", pmcd.host, "-c", str(conf), "-t", "1sec"),
-            *("-T", f"{ARCHIVE_SECONDS}sec", "-l", str(private_dir / "pmlogger.log")),
-            str(private_dir / "family-archive"),
-        ],
-        env=dict(ENV, PCP_TMP_DIR=str(pmcd.tmp_dir)),
-    )
+    logger = start_logger(pmcd, private_dir, "-T", f"{ARCHIVE_SECONDS}sec")
     last = {"get": 0, "post": 0, "hits": 0}
     try:
         for n in range(RECYCLES):
@@ -183,16 +174,7 @@ def test_family_counters_never_fall_back_and_equal_what_the_workers_counted(
     finally:
         if logger.poll() is None:
             logger.kill()
-    replay = subprocess.run(
-        [
-            *("pmrep", "-a", str(private_dir / "family-archive"), "-o", "csv"),
-            *("mmv.websrv.requests", "mmv.websrv.hits"),
-        ],
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert replay.returncode == 0, replay.stderr
+    replay = replay_csv(private_dir, "mmv.websrv.requests", "mmv.websrv.hits")
     rows = [line.split(",")[1:] for line in replay.stdout.splitlines()[1:]]
     rates = [float(v) for row in rows for v in row if v not in ("", "N/A")]
     assert len(rates) >= 3 * (ARCHIVE_SECONDS // 2), replay.stdout  # most samples have rates
@@ -344,13 +326,7 @@ def test_a_family_with_counts_is_served_after_agent_restarts_with_no_live_member
     pmcd = private_pmcd(our_agent(private_mmv_dir, *family, notready=False))
     pmcd.run("pmprobe", "mmv.control.files")
     server = servers(private_mmv_dir, private_dir / "reports", "--rate", "500", "--jobs", "15:75")
-    logger = subprocess.Popen(
-        [
-            *("pmlogger", "-h", pmcd.host, "-c", str(write_config(private_dir)), "-t", "1sec"),
-            *("-l", str(private_dir / "pmlogger.log"), str(private_dir / "family-archive")),
-        ],
-        env=dict(ENV, PCP_TMP_DIR=str(pmcd.tmp_dir)),
-    )
+    logger = start_logger(pmcd, private_dir)
     names = ("mmv.websrv.requests", "mmv.websrv.hits")
     try:
         time.sleep(3)
@@ -377,13 +353,7 @@ def test_a_family_with_counts_is_served_after_agent_restarts_with_no_live_member
     finally:
         if logger.poll() is None:
             logger.kill()
-    replay = subprocess.run(
-        [*("pmrep", "-a", str(private_dir / "family-archive"), "-r", "-o", "csv"), names[1]],
-        capture_output=True,
-        text=True,
-        env=ENV,
-    )
-    assert replay.returncode == 0, replay.stderr
+    replay = replay_csv(private_dir, "-r", names[1])
     hits = [line.split(",")[1] for line in replay.stdout.splitlines()[1:]]
     values = [int(v) for v in hits if v not in ("", "N/A")]
     assert values == sorted(values), replay.stdout  # never falls back
@@ -418,11 +388,30 @@ def test_workers_killed_while_the_agent_is_down_are_credited_and_served_at_its_s
     assert pmcd.run("pminfo", "-mdT", *names).stdout == described
 
 
-def write_config(private_dir: Path) -> Path:
-    """A pmlogger configuration logging the family every second."""
+def start_logger(pmcd: PrivatePmcd, private_dir: Path, *args: str) -> subprocess.Popen[bytes]:
+    """pmlogger logging the family every second from ``pmcd`` into
+    ``private_dir/family-archive`` (its log ``pmlogger.log``), with more ``args``."""
     conf = private_dir / "family.config"
     conf.write_text("log mandatory on every 1 sec {\n    mmv.websrv\n}\n")
-    return conf
+    return subprocess.Popen(
+        [
+            *("pmlogger", "-h", pmcd.host, "-c", str(conf), "-t", "1sec", *args),
+            *("-l", str(private_dir / "pmlogger.log"), str(private_dir / "family-archive")),
+        ],
+        env=dict(ENV, PCP_TMP_DIR=str(pmcd.tmp_dir)),
+    )
+
+
+def replay_csv(private_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pmrep -a family-archive -o csv ARGS``, which must succeed."""
+    replay = subprocess.run(
+        [*("pmrep", "-a", str(private_dir / "family-archive"), "-o", "csv"), *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert replay.returncode == 0, replay.stderr
+    return replay
 
 
 def totals(pmcd: PrivatePmcd) -> dict[str, int]:
