@@ -64,6 +64,7 @@ def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> No
     to us) in our process group (what kills the group kills it); a signal that stops us
     kills it before we put anything back."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
+    proc: subprocess.Popen[bytes] | None = None
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -72,13 +73,16 @@ def run(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> No
             stdin=subprocess.DEVNULL,
             preexec_fn=_unblock,
         )
-    finally:
+        # a signal that came while held is raised here, as it is let through: the script
+        # has started and is stopped with the rest below
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    try:
         status = proc.wait()
     except BaseException:
-        _kill_tree(proc)
+        if proc is not None:
+            _kill_tree(proc)
         raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if status:
         raise InstallError(f"{' '.join(argv)} in {cwd} exited {status}")
 

@@ -3,6 +3,7 @@ stops install takes every process it started with it, before anything is put bac
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -36,5 +37,32 @@ def test_a_stopped_script_leaves_no_subshell_running(tmp_path: Path) -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    time.sleep(1.5)
+    assert not late.exists()
+
+
+def test_a_signal_held_while_the_script_starts_still_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in CI's sid run: SIGTERM came while the script was being started (the stopping
+    signals held), so it was raised as they were let through again, before the script was
+    waited for; nothing stopped ./Install, which went on after the rollback and printed
+    "./Install: 33: ./pmdammv: not found".  Here SIGTERM is sent as the script has just
+    started; the script writes a file a second later; nothing may write it."""
+    late = tmp_path / "late"
+    started = pmcdctl.subprocess.Popen
+
+    def start_then_signal(*args: object, **kwargs: object) -> object:
+        proc = started(*args, **kwargs)  # type: ignore[call-overload]
+        os.kill(os.getpid(), signal.SIGTERM)  # held: delivered once let through
+        return proc
+
+    monkeypatch.setattr(pmcdctl.subprocess, "Popen", start_then_signal)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(Stopped):
+            pmcdctl.run(["sh", "-c", f"sleep 1; touch '{late}'"], tmp_path)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     time.sleep(1.5)
     assert not late.exists()
