@@ -28,6 +28,7 @@ from pmda_mmv.directory.watcher import Watcher
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.mmvfile.decode import NO_VALUE, UNSUPPORTED
 from pmda_mmv.mmvfile.errors import MmvError, problem_count
+from pmda_mmv.mmvfile.parsed import Instance
 from pmda_mmv.mmvfile.rules import printable
 from pmda_mmv.namespace.family import Families
 from pmda_mmv.namespace.served import FileEntry, ServedMetric
@@ -52,10 +53,26 @@ def describe(sm: ServedMetric, domain: int) -> list[str]:
         lines.append(f"    Spilled: {sm.metric.spill} (served under a spill cluster)")
     if sm.helptext:
         lines.append(f"    Help: {sm.helptext}")
-    labels = ",".join(x[1:-1] for x in (sm.labels, sm.notes) if x)
-    if labels:
-        lines.append(f"    labels {{{labels}}}")
+    lines += labelled("    labels", sm.labels, sm.notes)
+    if sm.indom:
+        lines += labelled("    indom labels", sm.indom.labels, sm.indom.notes)
     return lines
+
+
+def labelled(what: str, labels: str, notes: str) -> list[str]:
+    """A line of one level's labels and notes as the agent serves them (JSON object
+    texts, "" when none), merged into one set; none when there are none."""
+    both = ",".join(x[1:-1] for x in (labels, notes) if x[1:-1])
+    return [f"{what} {{{both}}}"] if both else []
+
+
+def instance_words(sm: ServedMetric, inst: Instance | None) -> str:
+    """What a value's line says of its instance: ids, then labels; "" for none."""
+    if inst is None:
+        return ""
+    marks = sm.indom.instance_labels.get(inst.internal, ("", "")) if sm.indom else ("", "")
+    labels = "".join(f"{line} " for line in labelled("labels", *marks))
+    return f"inst [{inst.internal} or {inst.external!r}] {labels}"
 
 
 def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
@@ -67,14 +84,15 @@ def table(entries: Sequence[FileEntry], domain: int, out: TextIO) -> None:
             say(out, f"# {entry.name}: {e}")
             continue
         say(out, f"# {entry.mf.path}: cluster {entry.cluster}, version {entry.mf.header.version}")
+        for line in labelled("  cluster labels", entry.labels, entry.notes):
+            say(out, line)
         for sm in entry.metrics:
             for line in describe(sm, domain):
                 say(out, line)
             decode = entry.mf.decoder(sm.metric.type)
             insts = sm.indom.indom.instances if sm.indom else [None]
             for pos, slot in enumerate(sm.metric.slots):
-                inst = insts[pos]
-                where = f"inst [{inst.internal} or {inst.external!r}] " if inst else ""
+                where = instance_words(sm, insts[pos])
                 if slot < 0:
                     say(out, f"    {where}no value")
                     continue

@@ -12,6 +12,7 @@ from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands import check, debug
 from pmda_mmv.namespace.familyspec import parse_family
 from tests.support.family import member
+from tests.support.mmvbuild import sample
 
 SPEC = "websrv=websrv_*"
 
@@ -41,3 +42,21 @@ def test_debug_says_family_membership_and_lists_the_family(
     assert said[odd] == f"left out: {verdicts[odd]['why']}"
     assert "# family websrv: cluster " in out and "members websrv_w0, websrv_w1" in out
     assert "mmv.websrv.requests  PMID 70." in out and "Aggregated: sum over the members" in out
+
+
+def test_debug_shows_the_labels_of_every_level(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new user's finding: ``debug --once`` promises the file's labels (README, man page)
+    but printed only a metric's own; the cluster, indom and instance labels the agent serves
+    (tests/unit/agent/test_serving.py) are shown too, each at its level."""
+    sample(version=3).write(tmp_path / "lab")
+    assert debug.main(["--dir", str(tmp_path), "--once", "--registry", "none"]) == 0
+    out = capsys.readouterr().out
+    assert '\n  cluster labels {"app":"sample"}\n' in out
+    first = out.split("mmv.lab.s.t32  PMID ")[1].split("\nmmv.lab.")[0]
+    assert '\n    labels {"item":true}\n' in first  # item 1, an optional label (a note)
+    per_instance = out.split("mmv.lab.m.t32  PMID ")[1].split("\nmmv.lab.")[0]
+    assert '\n    indom labels {"dom":1}\n' in per_instance
+    assert '\n    inst [7 or \'seven\'] labels {"inst":"seven"} value ' in per_instance
+    assert "\n    inst [1 or " in per_instance and "inst [1 or 'one'] labels" not in per_instance
