@@ -8,7 +8,7 @@ skipped), ``not-ready``, ``refused``, ``exited`` (a PROCESS file whose writer ha
 ``no-writer`` (its writer not found, or its PID reused: :mod:`~.liveness`) or ``ignored``
 (a dot-file), with every problem as field, byte offset and message.  ``--json`` prints a
 list of ``{"file", "status", "problems": [{"field", "offset", "message"[, "limit"]}],
-"served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why"]}],
+"served": [names], "cluster", "conflicts": [{"name" or "cluster", "winner"[, "why", "taken"]}],
 "writer", "spills": [{"name", "metric", "pmid", "why"}]}`` (``writer``: a served PROCESS
 file's ``{"pid", "agent_pid", "confirmed"[, "container", "cgroup"]}``, else null;
 ``spills``: every metric served under a spill cluster, one the C agent drops for its item,
@@ -180,7 +180,8 @@ class Directory:
             winner = self.catalogue.holder(full, cluster, item)
             why = self.catalogue.name_conflict(full)
             if winner is not None or why is not None:
-                lost.append({"name": full, "winner": winner, "why": why})
+                taken = full in self.catalogue.tree.leaves  # else a leaf above, names below
+                lost.append({"name": full, "winner": winner, "why": why, "taken": taken})
         return lost
 
     def _lost(self, path: str) -> list[Doc]:
@@ -270,7 +271,12 @@ def render_check(result: Doc) -> list[str]:
             lines.append(f"  cluster: {c['why']}")
             continue
         what = c["name"] if "name" in c else f"cluster {c['cluster']}"
-        lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+        if c.get("taken", True):  # the winner serves this very name (or cluster)
+            lines.append(f"  {what}: served by {c['winner'] or 'the agent (reserved)'}")
+        else:  # served by no one: a leaf above it, names below it, reserved, or its PMID
+            why = c["why"] or "its cluster and item are another metric's"
+            by = f" (served by {c['winner']})" if c["winner"] else ""
+            lines.append(f"  {what}: not served: {why}{by}")
     family = result.get("family")
     if family:  # a file matching a --family: a member, or left out and why
         left = f"left out: {family['why']}" if family["why"] else "member"

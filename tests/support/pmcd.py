@@ -522,6 +522,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "serial: runs alone, after the tests run side by side (scripts/test): it changes the "
+        "machine (every system_pmcd test is serial), or it times a request against a bound",
+    )
+    config.addinivalue_line(
+        "markers",
         "host_pid_namespace: needs the initial PID namespace (host init at PID 1, writers "
         "in PID namespaces below the test's, prune's own judgement); deselected elsewhere, "
         "as in a scripts/matrix root, which runs in a PID namespace of its own",
@@ -537,6 +542,12 @@ def in_initial_pid_namespace() -> bool:
         return os.stat("/proc/self/ns/pid").st_ino == INITIAL_PID_NS
     except OSError:
         return False
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test that changes the system pmcd runs alone (marker ``serial``, scripts/test)."""
+    if item.get_closest_marker("system_pmcd") is not None:
+        item.add_marker(pytest.mark.serial)
 
 
 def system_pmcd_selected(config: pytest.Config) -> bool:

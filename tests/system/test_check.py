@@ -235,7 +235,12 @@ def test_debug_says_partial_when_check_does(tmp_path: Path) -> None:
     [r] = check_dir(tmp_path)
     assert r["status"] == "partial" and r["served"] == ["mmv.clash.a.b"]
     assert r["conflicts"] == [
-        {"name": "mmv.clash.a.b.c", "winner": "clash", "why": "mmv.clash.a.b is already a leaf"}
+        {
+            "name": "mmv.clash.a.b.c",
+            "winner": "clash",
+            "why": "mmv.clash.a.b is already a leaf",
+            "taken": False,
+        }
     ]
 
 
@@ -256,12 +261,22 @@ def test_check_json_names_the_file_that_won(tmp_path: Path) -> None:
     second = by["second"]
     assert second["status"] == "refused" and second["served"] == []
     assert second["conflicts"] == [
-        {"name": "mmv.shared.m", "winner": "first", "why": "mmv.shared.m is already served"}
+        {
+            "name": "mmv.shared.m",
+            "winner": "first",
+            "why": "mmv.shared.m is already served",
+            "taken": True,
+        }
     ]
     third = by["third"]
     assert third["status"] == "refused"
     assert third["conflicts"] == [
-        {"name": "mmv.control.x", "winner": None, "why": "mmv.control.x is reserved for the agent"}
+        {
+            "name": "mmv.control.x",
+            "winner": None,
+            "why": "mmv.control.x is reserved for the agent",
+            "taken": False,
+        }
     ]
     assert third["problems"][-1]["message"] == (
         "mmv.control.x is reserved for the agent, metric not served"

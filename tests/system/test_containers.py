@@ -38,7 +38,7 @@ from tests.support.mmvbuild import Label, sample
 from tests.support.pmcd import kept_dir
 from tests.support.served import UNKNOWN_NAME, Agent, start_agent
 
-pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
+pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace, pytest.mark.serial]
 
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 

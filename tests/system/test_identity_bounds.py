@@ -28,7 +28,7 @@ from tests.support.identity import Writers, identities, served, stranger_claimin
 from tests.support.mmvbuild import Metric, MmvBuilder, Value
 from tests.support.pmcd import REGISTRY_NAME, PrivatePmcd, our_agent, registry_dir
 
-pytestmark = pytest.mark.pmcd
+pytestmark = [pytest.mark.pmcd, pytest.mark.serial]
 
 BUDGET = 1.0  # seconds: no request of the attack's may take longer
 

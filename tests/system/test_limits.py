@@ -40,6 +40,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
 
 
 @pytest.mark.pmcd
+@pytest.mark.serial
 def test_a_file_at_every_limit_at_once_never_stalls_a_good_file(served: Served) -> None:
     """One valid 50 MB file at every per-file entry limit at once (10,000
     indoms, 50,000 instances, 4,096 STRING metrics, 1M values sharing one string, 16,384
@@ -91,6 +92,7 @@ def test_each_entry_kind_at_its_limit_fits_the_load_cost(tmp_path: Path, shape: 
         )
 
 
+@pytest.mark.serial
 def test_a_file_at_every_limit_is_refused_by_its_load_cost(tmp_path: Path) -> None:
     (path,) = hostile.every_limit(tmp_path)
     started = time.monotonic()

@@ -42,6 +42,9 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     yield from serve(request)
 
 
+pytestmark = pytest.mark.serial  # each test times requests against QUICK or the budget
+
+
 @pytest.mark.pmcd
 def test_reloads_a_fetch_finds_stay_within_the_budget(served: Served) -> None:
     """Served files of 1M values given new generations just before a fetch of

@@ -117,6 +117,13 @@ def set_pid(path: Path, pid: int) -> None:
         f.write(struct.pack("=i", pid))
 
 
+BTIME_GRAIN = 1.0
+"""How much earlier than it did a process may seem to start: its start time is the boot time
+(/proc/stat ``btime``, whole seconds, truncated) plus its start in ticks (a reader started
+2.5 s after a file was seen as started 1.5-2.5 s after it, a timely writer, on a machine
+booted at x.9 s)."""
+
+
 def created(path: Path) -> float:
     """When ``path`` was created, from its generation number (as the agent reads it)."""
     g1 = struct.unpack_from("=Q", path.read_bytes(), layout.HEADER.at["g1"])[0]
@@ -176,7 +183,7 @@ def populate(
     minus = sample()
     minus.flags, minus.process = layout.FLAG_PROCESS, -1
     minus.write(d / "minus")  # no such process: the agent calls it exited, so does prune
-    time.sleep(max(0.0, created(reused) + PID_SLACK + 0.5 - time.time()))
+    time.sleep(max(0.0, created(reused) + PID_SLACK + BTIME_GRAIN + 0.5 - time.time()))
     newcomer = later()
     set_pid(reused, newcomer.pid)
     pids["reused"] = newcomer.pid
@@ -434,7 +441,7 @@ def test_a_reader_given_a_dead_writers_pid_is_not_its_writer(
     # a dead writer's PID and maps its file read-only (a reader) is still a reused PID.
     d = make_dir(tmp_path / "mmv")
     writers.crash(d / "app")
-    time.sleep(max(0.0, created(d / "app") + PID_SLACK + 0.5 - time.time()))
+    time.sleep(max(0.0, created(d / "app") + PID_SLACK + BTIME_GRAIN + 0.5 - time.time()))
     reader = subprocess.Popen(
         [SYSTEM_PYTHON, "-c", READER, str(d / "app")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )

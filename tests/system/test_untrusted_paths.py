@@ -22,7 +22,7 @@ from tests.support import mmvbuild
 from tests.support.served import GOOD, QUICK, Client, Served, agent_pids, serve
 from tests.support.untrusted import TMP, Container, Opens, held, swapper
 
-pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace]
+pytestmark = [pytest.mark.pmcd, pytest.mark.host_pid_namespace, pytest.mark.serial]
 
 HOST_ONLY = b"a host file no container may have read\n" * 2
 

@@ -217,6 +217,7 @@ def pmie_output(pmcd: PrivatePmcd, conf: Path, seconds: float, want: str | None)
     return lines
 
 
+@pytest.mark.serial
 def test_pmie_reports_a_refused_file_within_the_rules_delta(
     served: Callable[[dict[str, MmvBuilder]], PrivatePmcd], private_dir: Path
 ) -> None:
@@ -269,6 +270,7 @@ def test_pmie_stopped_while_a_fetch_waits_for_the_agent_reports_nothing_of_it(
     assert pmcd.fetch("mmv.control.file.state_code") == {"app_w0": "0", "app_w1": "0"}
 
 
+@pytest.mark.serial
 def test_pmie_reports_a_file_without_a_writer_after_held_evaluations(
     served: Callable[[dict[str, MmvBuilder]], PrivatePmcd], private_dir: Path
 ) -> None:

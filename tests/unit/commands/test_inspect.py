@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pmda_mmv.agent import pcpcompat
+from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.commands import check as check_cmd
 from pmda_mmv.commands import dump, pcpenv
 from pmda_mmv.mmvfile import layout, pmunits
@@ -978,3 +979,23 @@ def test_layout_offsets_agree_with_the_builder() -> None:
     assert (layout.HEADER.at["process"], layout.HEADER.at["cluster"]) == (32, 36)
     assert layout.header_field("cluster") == "header.cluster at offset 36"
     assert layout.METRIC_V2.offset(1000, "indom") == 1024 and layout.TOC.offset(40, "offset") == 48
+
+
+def test_check_never_says_a_name_below_a_leaf_is_served(tmp_path: Path) -> None:
+    """A Go Speed file whose metric ``a`` is a leaf while ``a.b`` is defined too: neither
+    agent serves ``a.b``; check said "mmv.leafconflict.a.b: served by leafconflict"."""
+    b = MmvBuilder(cluster=5)
+    b.metrics += [Metric("a", 1, layout.TYPE_U64), Metric("a.b", 2, layout.TYPE_U64)]
+    b.values += [Value("a", None, 1), Value("a.b", None, 2)]
+    path = tmp_path / "leafconflict"
+    b.write(path)
+    (result,) = check_cmd.judge([str(path)], ServingOptions(registry="none"))
+    assert result["served"] == ["mmv.leafconflict.a"]
+    (lost,) = result["conflicts"]
+    assert lost["name"] == "mmv.leafconflict.a.b" and lost["taken"] is False
+    text = check_cmd.render_check(result)
+    assert "  mmv.leafconflict.a.b: served by leafconflict" not in text
+    assert (
+        "  mmv.leafconflict.a.b: not served: mmv.leafconflict.a is already a leaf "
+        "(served by leafconflict)"
+    ) in text

@@ -10,6 +10,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from pmda_mmv.mmvfile import layout
 from pmda_mmv.namespace.registry import BYTES_PER_NAME, Registry
 from pmda_mmv.namespace.registryfile import FAMILY, MAX_BYTES, Record
@@ -63,6 +65,7 @@ def test_one_users_long_names_never_push_the_registry_past_its_bytes(tmp_path: P
     assert not again.problem
 
 
+@pytest.mark.serial
 def test_a_save_costs_what_changed_not_what_is_remembered(tmp_path: Path) -> None:
     path = tmp_path / "reg.json"
     r = Registry(str(path), cap=100_000)
@@ -135,6 +138,7 @@ def test_a_stale_journal_is_not_read(tmp_path: Path) -> None:
     assert again.get(("a", 0)) == Record(2, 0, False) and again.get(("z", 0)) is not None
 
 
+@pytest.mark.serial
 def test_a_file_past_the_read_limit_loads_its_newest_names(tmp_path: Path) -> None:
     # the file the stranger's long names made (version 1, one record a line): it was
     # refused whole ("larger than 64 MiB; starting empty"), every user's numbers gone
