@@ -157,8 +157,7 @@ class Directory:
         name that won it), or over the evicted name's cluster a cluster-0 file was given."""
         mf = entry.mf
         if mf.header.cluster and entry.cluster != mf.header.cluster:
-            holders = [e.name for e in self.catalogue.files.values()
-                       if e.cluster == mf.header.cluster]  # fmt: skip
+            holders = self.catalogue.files_in(mf.header.cluster)
             departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
             winner = holders[0] if holders else (departed[0][0] if departed else None)
             lost: Doc = {"cluster": mf.header.cluster, "winner": winner}

@@ -33,7 +33,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from functools import partial
 
 from pmda_mmv.mmvfile import layout
@@ -89,6 +89,7 @@ class Catalogue:
         self.starved = False  # whether it returned None for want of a cluster
         self.freed_listeners: list[Callable[[], None]] = []  # told: a cluster or serial freed
         self.files: dict[str, FileEntry] = {}
+        self._by_cluster: dict[int, dict[str, None]] = {}  # cluster -> its files, in order
         self.tree = NameTree()  # the served names
         self.leaves = self.tree.leaves
         self.leaf_pmid: Mapping[str, tuple[int, int]] = self.tree.values  # name -> PMID
@@ -140,7 +141,11 @@ class Catalogue:
 
     def served_to(self, cluster: int) -> str:
         """The first file served under ``cluster`` (as its own), or "?"."""
-        return next((e.name for e in self.files.values() if e.cluster == cluster), "?")
+        return next(iter(self._by_cluster.get(cluster, ())), "?")
+
+    def files_in(self, cluster: int) -> list[str]:
+        """The files served under ``cluster`` (as their own), first served first."""
+        return list(self._by_cluster.get(cluster, ()))
 
     def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
         """Hold ``cluster`` (None: a free one, as for a file asking for none) for ``holder``
@@ -235,12 +240,16 @@ class Catalogue:
     # -- files
 
     def add(
-        self, mf: MmvFile, requested: set[int] | None = None, wanted: set[int] | None = None
+        self,
+        mf: MmvFile,
+        requested: Container[int] | None = None,
+        wanted: set[int] | None = None,
     ) -> FileEntry | None:
         """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
         its name is not a valid name component or no cluster is free (logged once, and kept
-        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters other files
-        of the scan ask for; ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
+        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters the files
+        of the scan ask for (``mf``'s own too: it is given another only when its own is not
+        free for it); ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
         if mf.name in self.files:
             self.remove(mf.name)
         self.starved = False
@@ -266,6 +275,7 @@ class Catalogue:
         )
         entry.identity = self.clusters.identity
         self.files[mf.name] = entry
+        self._by_cluster.setdefault(cluster, {})[mf.name] = None
         self._remember(entry)
         if self.on_add is not None:
             self.on_add(entry)
@@ -288,7 +298,7 @@ class Catalogue:
         if entry.spill_clusters:
             self.info(f"{mf.path}: {spill.summary(len(entry.spilled), entry.spill_clusters)}")
 
-    def _spill(self, entry: FileEntry, requested: set[int]) -> None:
+    def _spill(self, entry: FileEntry, requested: Container[int]) -> None:
         """Give every spilled metric of ``entry`` its PMID (see the module rules): its
         remembered one, else a new one; sets :attr:`FileEntry.spills` (every remembered
         name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
@@ -318,6 +328,10 @@ class Catalogue:
         entry = self.files.pop(name, None)
         if entry is None:
             return None
+        in_cluster = self._by_cluster.get(entry.cluster, {})
+        in_cluster.pop(name, None)
+        if not in_cluster:
+            self._by_cluster.pop(entry.cluster, None)
         if self.on_remove is not None:  # before its descriptor is closed: its last counts
             self.on_remove(entry)
         freed = self.clusters.release(entry.cluster, entry.spill_clusters)

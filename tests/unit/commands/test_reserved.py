@@ -34,6 +34,7 @@ def test_check_and_debug_keep_the_containers_subtree_as_the_agent_does(
             "name": "mmv.containers.v",
             "winner": None,
             "why": "mmv.containers.v is reserved for the agent",
+            "taken": False,
         }
     ]
     assert debug.main(["--dir", d, "--once", *SERVING]) == 0
