@@ -19,7 +19,6 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -313,35 +312,3 @@ def key_line(key: Key) -> str:
     """A journal's line saying ``key`` is forgotten."""
     kind = {"kind": key[2]} if len(key) > 2 else {}
     return json.dumps({"forget": True, "name": key[0], "uid": key[1], **kind})
-
-
-def write_atomically(path: str, data: bytes, renamed: Callable[[], None] | None = None) -> None:
-    """Replace the file at ``path`` by ``data`` atomically; OSError when that failed (the
-    temporary file removed). ``renamed`` runs once the file is in place, before the
-    directory is synced (the registry writes its secret there)."""
-    directory = os.path.dirname(path) or "."
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:  # never through a name planted before (a symlink to a file pcp may write)
-            fd = os.open(tmp, flags, 0o644)
-        except FileExistsError:  # left by an agent of this PID killed mid-save, or planted
-            os.unlink(tmp)
-            fd = os.open(tmp, flags, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-        if renamed is not None:
-            renamed()
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

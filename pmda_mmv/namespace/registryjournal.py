@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Final
 
+from pmda_mmv.namespace.atomicfile import write_all, write_atomically
 from pmda_mmv.namespace.registryfile import (
     MAX_BYTES,
     VERSION,
@@ -32,7 +33,6 @@ from pmda_mmv.namespace.registryfile import (
     read,
     read_body,
     record_line,
-    write_atomically,
 )
 
 Change = tuple[Key, Record | None]
@@ -175,9 +175,7 @@ class Journal:
         """``data`` (whole lines) appended and on disk; OSError when that failed (the
         journal is then not usable: the next save writes all)."""
         try:
-            written = os.write(self.fd, data)
-            if written != len(data):
-                raise OSError(28, "No space left on device")
+            write_all(self.fd, data)
             os.fsync(self.fd)
         except OSError:
             self.close()

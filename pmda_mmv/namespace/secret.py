@@ -11,6 +11,8 @@ import os
 import stat
 from typing import Final
 
+from pmda_mmv.namespace.atomicfile import write_atomically
+
 SECRET_BYTES: Final = 32
 
 
@@ -32,16 +34,6 @@ def read_secret(path: str | None) -> tuple[bytes, bool]:
 
 
 def write_secret(path: str, secret: bytes) -> None:
-    """Write ``secret`` to ``path`` readable by the agent's user only (a temporary file,
-    renamed); raises OSError."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # left by an agent of this PID killed mid-write, or planted
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        os.write(fd, secret.hex().encode("ascii") + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+    """Write ``secret`` to ``path`` readable by the agent's user only, whole or not at all
+    (:func:`~.atomicfile.write_atomically`); raises OSError."""
+    write_atomically(path, secret.hex().encode("ascii") + b"\n", mode=0o600)
