@@ -229,11 +229,20 @@ class Families:
             self._rejudge(fam)
 
     def _add(self, fam: Family, key: tuple[str, int, int], counts: Counts) -> None:
-        """A departed member's ``counts`` join the family's, with ``key`` in its ledger."""
+        """A departed member's ``counts`` join the family's, with ``key`` in its ledger; a
+        sum that would not be finite (two doubles of 1.5e308) is not made (logged): the
+        total stays what it was, finite, as the registry can keep it."""
         for metric, row in counts.items():
             total = fam.totals.setdefault(metric, {})
             for inst, v in row.items():
-                total[inst] = total.get(inst, 0) + v
+                summed = total.get(inst, 0) + v
+                if isinstance(summed, float) and not math.isfinite(summed):
+                    self.log(
+                        f"family {fam.spec.name}: metric {metric}: {key[0]}'s count would "
+                        "take the total past the largest double, not credited"
+                    )
+                    continue
+                total[inst] = summed
         fam.credited[key] = None
         while len(fam.credited) > LEDGER:
             del fam.credited[next(iter(fam.credited))]

@@ -287,3 +287,29 @@ def test_a_member_credited_as_it_departed_is_counted_once_also_across_a_restart(
     w2.add("websrv_c", member((2, 2), generation=0x5F5E1000000003))
     assert w2.fetch("requests") == {0: 6, 1: 10}
     held.close()
+
+
+def test_departed_doubles_whose_sum_is_not_finite_keep_the_total_and_the_registry(
+    tmp_path: Path,
+) -> None:
+    """Two members' finite DOUBLE counters of 1.5e308 depart: their sum was inf, the
+    registry's JSON encoder raised half way through the credit, and from then on every
+    request's refresh failed until the agent restarted."""
+    path = str(tmp_path / "identity.json")
+    registry = Registry(path)
+    w = World(tmp_path, "websrv=websrv_*", registry)
+    for k, name in enumerate(("websrv_a", "websrv_b")):
+        b = member((1, 2), generation=0x5F5E1000000001 + k)
+        b.metrics.append(Metric("seconds", 3, layout.TYPE_DOUBLE, layout.SEM_COUNTER, COUNT))
+        b.values.append(Value("seconds", None, 1.5e308))
+        w.add(name, b)
+    w.remove("websrv_a")
+    w.remove("websrv_b")
+    assert w.fetch("requests") == {0: 2, 1: 4}
+    assert w.families.families[0].totals["seconds"] == {PM_IN_NULL: 1.5e308}
+    assert [line for line in w.log if "past the largest double, not credited" in line], w.log
+    assert registry.save()
+    json.loads(Path(path).read_text(), parse_constant=lambda c: pytest.fail(c))
+    again = Registry(path)
+    again.load()
+    assert not again.problem, again.problem
