@@ -43,6 +43,7 @@ from pmda_mmv.directory.filestate import (
     ignore_reason,
     status_of,
 )
+from pmda_mmv.directory.policy import resolve
 from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.errors import Changed, MmvError, Problem, bounded
 from pmda_mmv.mmvfile.reader import MmvFile
@@ -62,6 +63,7 @@ class Directory:
     def __init__(self, directory: str, options: ServingOptions, one: str | None = None) -> None:
         self.directory = directory
         self.domain = options.domain
+        self.owners = set(options.owners) if options.owners is not None else None
         # read only: check never changes it; the agent's only for the agent's directory
         agent_directory = os.path.join(tmp_dir(), options.prefix)
         built = assemble(options, directory, RegistryChoice(var_dir(), agent_directory))
@@ -185,11 +187,14 @@ class Directory:
 
     def _lost(self, path: str) -> list[Doc]:
         """For a file refused after it was read (none of its metrics served): who serves
-        the names it asked for.  Empty when it cannot be read now."""
+        the names it asked for.  Empty when it cannot be read now, or is not read at all
+        (a symlink out of the directory, an owner not trusted: :func:`~.policy.resolve`,
+        the agent's own rule; check as root never reads what the agent would not)."""
         try:
-            with MmvFile.open(os.path.realpath(path), name=os.path.basename(path)) as mf:
+            target, _ = resolve(self.directory, path, os.lstat(path), self.owners)
+            with MmvFile.open(target, name=os.path.basename(path)) as mf:
                 return self._names_lost(mf, set(), None)
-        except MmvError:
+        except (MmvError, OSError):
             return []
 
 

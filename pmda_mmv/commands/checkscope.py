@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pmda_mmv.agent.options import ServingOptions
 from pmda_mmv.directory import fdlimit
 from pmda_mmv.directory.filestate import ignore_reason
+from pmda_mmv.directory.policy import Skip, resolve
 from pmda_mmv.mmvfile import limits
 from pmda_mmv.mmvfile.layout import TOC_INDOMS, TOC_INSTANCES
 from pmda_mmv.mmvfile.outline import Outline, outline
@@ -78,7 +79,7 @@ def scope(
     target = _File(name, own)
     _keys(target, registry)
     try:
-        others = _others(directory, name, registry)
+        others = _others(directory, name, registry, options)
     except OSError:
         return None
     if any(f.parts is None for f in (target, *others)):
@@ -88,10 +89,13 @@ def scope(
     return {name, *(f.name for f in _meeting(target, others))}
 
 
-def _others(directory: str, name: str, registry: Registry) -> list[_File]:
+def _others(directory: str, name: str, registry: Registry, options: ServingOptions) -> list[_File]:
     """The outlines of the directory's other entries the agent may serve, with their keys
-    (a symlink outlined as its target).  Raises OSError when the directory cannot be read."""
+    (a symlink outlined as its target, when the agent follows it: :func:`~.policy.resolve`;
+    check as root never opens what the agent would not).  Raises OSError when the directory
+    cannot be read."""
     others = []
+    owners = set(options.owners) if options.owners is not None else None
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with os.scandir(dir_fd) as entries:
@@ -99,7 +103,12 @@ def _others(directory: str, name: str, registry: Registry) -> list[_File]:
                 if entry.name == name or ignore_reason(entry.name) is not None:
                     continue
                 if entry.is_symlink():
-                    found = outline(os.path.realpath(os.path.join(directory, entry.name)))
+                    path = os.path.join(directory, entry.name)
+                    try:
+                        target, _ = resolve(directory, path, os.lstat(path), owners)
+                    except (Skip, OSError):
+                        continue  # not followed by the agent: meets nothing
+                    found = outline(target)
                 else:
                     found = outline(entry.name, dir_fd)
                 if found is not None:

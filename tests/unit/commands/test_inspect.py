@@ -999,3 +999,37 @@ def test_check_never_says_a_name_below_a_leaf_is_served(tmp_path: Path) -> None:
         "  mmv.leafconflict.a.b: not served: mmv.leafconflict.a is already a leaf "
         "(served by leafconflict)"
     ) in text
+
+
+def test_check_as_root_never_opens_a_symlinks_target_out_of_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's symlinks to a root-only file outside the directory: the agent never
+    follows them, and check (run as root) opened the target once for each (check DIR: who
+    serves its names; check FILE: the outlines of the files beside it)."""
+    outside = tmp_path / "secret"
+    mb.single(60).write(outside)
+    outside.chmod(0o600)
+    d = tmp_path / "mmv"
+    d.mkdir()
+    mb.single(61).write(d / "good")
+    for k in range(20):
+        (d / f"link{k:02d}").symlink_to(outside)
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(os.fsdecode(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    options = ServingOptions(registry="none")
+    results = {Path(r["file"]).name: r for r in check_cmd.judge([str(d)], options)}
+    one = check_cmd.judge([str(d / "good")], options)
+    monkeypatch.undo()
+    assert results["link00"]["status"] == "refused"
+    assert (
+        results["link00"]["problems"][0]["message"] == "symlink out of the directory, not followed"
+    )
+    assert one[0]["status"] == "ok"
+    assert not [p for p in opened if p.endswith("secret")], opened
