@@ -159,9 +159,9 @@ class Directory:
         name that won it), or over the evicted name's cluster a cluster-0 file was given."""
         mf = entry.mf
         if mf.header.cluster and entry.cluster != mf.header.cluster:
-            holders = self.catalogue.files_in(mf.header.cluster)
+            holder = self.catalogue.served_to(mf.header.cluster)  # "?": none served
             departed = self.registry.holders(mf.header.cluster, (mf.name, mf.uid))
-            winner = holders[0] if holders else (departed[0][0] if departed else None)
+            winner = holder if holder != "?" else (departed[0][0] if departed else None)
             lost: Doc = {"cluster": mf.header.cluster, "winner": winner}
             if entry.identity:
                 lost["why"] = entry.identity

@@ -252,9 +252,7 @@ class EntryTable:
         requested |= {mf.header.cluster for _, mf, _, _ in opened}
         requested.discard(0)
         wanted = wanted_indoms(mf for _, mf, _, _ in opened)
-        # one set for the scan, the file's own cluster in it too (a cluster is chosen for a
-        # file only when its own is not free for it): a copy per file cost 4,095 x 4,095
-        wants = (requested, wanted)
+        wants = (requested, wanted)  # its own cluster in it too: a copy each cost 4,095^2
         for state, mf, writer, inode in sorted(opened, key=lambda p: p[0].name):  # first wins
             self._serve(state, mf, (writer, inode), wants, changes)
 

@@ -33,7 +33,7 @@ improve on the C pmdammv, ``pmdammv-reference.md`` section 5):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 
 from pmda_mmv.mmvfile import layout
@@ -43,7 +43,7 @@ from pmda_mmv.mmvfile.pcpdefs import Log
 from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.mmvfile.rules import first_named, merge_labels, name_problem, printable
 from pmda_mmv.namespace import spill
-from pmda_mmv.namespace.clusters import Clusters
+from pmda_mmv.namespace.clusters import Asked, Clusters
 from pmda_mmv.namespace.indomserial import indom_serial, used_indoms
 from pmda_mmv.namespace.nametree import NameTree
 from pmda_mmv.namespace.registry import Registry
@@ -143,10 +143,6 @@ class Catalogue:
         """The first file served under ``cluster`` (as its own), or "?"."""
         return next(iter(self._by_cluster.get(cluster, ())), "?")
 
-    def files_in(self, cluster: int) -> list[str]:
-        """The files served under ``cluster`` (as their own), first served first."""
-        return list(self._by_cluster.get(cluster, ()))
-
     def take_cluster(self, cluster: int | None, uid: int, holder: str) -> int | None:
         """Hold ``cluster`` (None: a free one, as for a file asking for none) for ``holder``
         alone, a family: no file may share it (as a spill cluster)."""
@@ -240,16 +236,12 @@ class Catalogue:
     # -- files
 
     def add(
-        self,
-        mf: MmvFile,
-        requested: Container[int] | None = None,
-        wanted: set[int] | None = None,
+        self, mf: MmvFile, requested: Asked | None = None, wanted: set[int] | None = None
     ) -> FileEntry | None:
         """Serve ``mf`` (replacing a file of the same name).  Returns its entry, or None when
         its name is not a valid name component or no cluster is free (logged once, and kept
-        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters the files
-        of the scan ask for (``mf``'s own too: it is given another only when its own is not
-        free for it); ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
+        in :attr:`refusal`; :attr:`starved` says which).  ``requested``: clusters the scan's
+        files ask for (its own too); ``wanted``: their indom numbers (:meth:`wanted_indoms`)."""
         if mf.name in self.files:
             self.remove(mf.name)
         self.starved = False
@@ -298,7 +290,7 @@ class Catalogue:
         if entry.spill_clusters:
             self.info(f"{mf.path}: {spill.summary(len(entry.spilled), entry.spill_clusters)}")
 
-    def _spill(self, entry: FileEntry, requested: Container[int]) -> None:
+    def _spill(self, entry: FileEntry, requested: Asked) -> None:
         """Give every spilled metric of ``entry`` its PMID (see the module rules): its
         remembered one, else a new one; sets :attr:`FileEntry.spills` (every remembered
         name, for the registry) and :attr:`FileEntry.spill_clusters` (reserved here)."""
@@ -328,10 +320,7 @@ class Catalogue:
         entry = self.files.pop(name, None)
         if entry is None:
             return None
-        in_cluster = self._by_cluster.get(entry.cluster, {})
-        in_cluster.pop(name, None)
-        if not in_cluster:
-            self._by_cluster.pop(entry.cluster, None)
+        self._by_cluster.get(entry.cluster, {}).pop(name, None)  # (4,095 clusters at most)
         if self.on_remove is not None:  # before its descriptor is closed: its last counts
             self.on_remove(entry)
         freed = self.clusters.release(entry.cluster, entry.spill_clusters)

@@ -16,6 +16,9 @@ from pmda_mmv.mmvfile.reader import MmvFile
 from pmda_mmv.namespace.registry import Registry
 from pmda_mmv.namespace.registryfile import Key, describe
 
+Asked = Container[int]
+"""The clusters the files of a scan ask for in their headers (:meth:`Clusters.free`)."""
+
 
 class Sharing(Protocol):
     """What :meth:`Clusters.choose` asks of the served files (the catalogue answers)."""
@@ -47,7 +50,7 @@ class Clusters:
         # the clusters no file of a scan asks for (for the ``requested`` set ``_asked``), and
         # the first of them that may be free: a scan whose files ask for every cluster, and
         # are moved off theirs one after the other, costs 4,095 steps, not 4,095^2 / 2
-        self._asked: Container[int] | None = None
+        self._asked: Asked | None = None
         self._unasked: list[int] = []
         self._unasked_at = 0
 
@@ -69,7 +72,7 @@ class Clusters:
         if name is not None:
             self.spill_owner[cluster] = name
 
-    def hold_free(self, requested: Container[int], uid: int, name: str | None = None) -> int | None:
+    def hold_free(self, requested: Asked, uid: int, name: str | None = None) -> int | None:
         """A :meth:`free` cluster, held as :meth:`hold` says; None when none is free."""
         cluster = self.free(requested)
         if cluster is not None:
@@ -113,7 +116,7 @@ class Clusters:
         while self._taken_below in self.held_by:
             self._taken_below += 1
 
-    def choose(self, mf: MmvFile, requested: Container[int], sharing: Sharing) -> int | None:
+    def choose(self, mf: MmvFile, requested: Asked, sharing: Sharing) -> int | None:
         """The cluster for ``mf``: see the module rules and :mod:`~.registry`;
         ``requested`` holds clusters other files in the directory ask for, ``sharing``
         judges joining a served cluster.  None when all 4095 are served.
@@ -177,7 +180,7 @@ class Clusters:
                 return False
         return True
 
-    def free(self, requested: Container[int]) -> int | None:
+    def free(self, requested: Asked) -> int | None:
         """The lowest cluster neither served nor held by a remembered name, preferring
         those no other file of the directory asks for; when none, the longest-departed
         holder of a cluster is evicted (logged, :attr:`Registry.evictions`)."""
@@ -207,7 +210,7 @@ class Clusters:
         self._evicted = f"cluster {cluster} was {held}'s (departed longest): every cluster was held"
         return cluster
 
-    def _free_unasked(self, requested: Container[int], first: int) -> int | None:
+    def _free_unasked(self, requested: Asked, first: int) -> int | None:
         """The lowest cluster from ``first`` on that is free and not in ``requested``;
         None when there is none.  The clusters not in ``requested`` are listed once per
         ``requested`` object (a scan's), and searched from where the last search stopped

@@ -35,6 +35,7 @@ KEY_TESTS = (
 )
 """The tests that judge files and numbers (those a used machine's registry could move) and
 the in-process agent's (those that would write it)."""
+WORKERS = os.environ.get("PMDA_MMV_TEST_WORKERS") or str(2 * (os.cpu_count() or 1))
 
 
 def one_metric(path: Path) -> None:
@@ -117,7 +118,8 @@ def test_the_key_tests_pass_with_a_used_machines_registry(used_system_registry: 
     assert len(held.records) > 500
     planted = used_system_registry.read_bytes()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KEY_TESTS],
+        # side by side, as scripts/test runs them (this test runs alone: serial)
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", WORKERS, *KEY_TESTS],
         cwd=CHECKOUT,
         env={k: v for k, v in os.environ.items() if k != REGISTRY_ENV},
         capture_output=True,
